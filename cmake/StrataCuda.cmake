@@ -1,0 +1,21 @@
+# The CUDA backend: STRATA_CUDA=OFF|ON|AUTO. AUTO turns it on when nvcc is found, so every build
+# on a machine with the toolkit compiles it (whether or not a GPU is present).
+set(STRATA_HAVE_CUDA OFF)
+if(NOT STRATA_CUDA STREQUAL "OFF")
+  include(CheckLanguage)
+  if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
+    set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+  endif()
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+      set(CMAKE_CUDA_ARCHITECTURES 80 90)
+    endif()
+    enable_language(CUDA)
+    find_package(CUDAToolkit REQUIRED)
+    set(STRATA_HAVE_CUDA ON)
+  elseif(STRATA_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "STRATA_CUDA=ON but no CUDA compiler (nvcc) was found.\n"
+                        "hint: install the CUDA toolkit or configure with -DSTRATA_CUDA=AUTO")
+  endif()
+endif()

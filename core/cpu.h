@@ -1,0 +1,38 @@
+// core/cpu.h — what the CPU this process runs on can execute, read once with cpuid/xgetbv.
+//
+// An ISA counts as present only when both the CPU reports it and the OS saves its register state
+// (XCR0), so a kernel chosen from these flags never faults. Also: the model name, the number of
+// hardware threads, and the machine's RAM.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace strata {
+
+struct CpuFeatures {
+  bool sse42 = false;
+  bool avx = false;
+  bool avx2 = false;
+  bool fma = false;
+  bool f16c = false;
+  bool avx512f = false;
+  bool avx512bw = false;
+  bool avx512vl = false;
+  bool avx512dq = false;
+  bool avx512bf16 = false;
+  std::string model;
+
+  bool has_avx2_fma() const { return avx2 && fma; }
+  bool has_avx512() const { return avx512f && avx512bw && avx512vl && avx512dq; }
+  std::string describe() const;  // "avx2 fma avx512f ..."
+};
+
+const CpuFeatures& cpu_features();
+int hardware_threads();            // logical CPUs this process may run on (sched affinity)
+uint64_t physical_memory_bytes();  // MemTotal
+uint64_t available_memory_bytes(); // MemAvailable
+uint64_t current_rss_bytes();      // this process's resident set
+uint64_t peak_rss_bytes();         // this process's peak resident set (VmHWM)
+
+}  // namespace strata

@@ -1,0 +1,135 @@
+// engine/config.h — the run configuration: every key of the TOML sections, typed, with defaults.
+//
+// A Config starts from the built-in defaults (what `strata train` with no arguments runs), then
+// a TOML file, then `--set section.key=value` overrides, in that order. Unknown keys, wrong
+// types, out-of-range values and impossible combinations are Errors that name the key and the
+// allowed values. The schema (engine/config.cpp) is the single source of the key list: it drives
+// parsing, validation, printing and docs/config.md (`strata config --markdown`).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace strata {
+
+enum class Tier { device, host, nvme };
+enum class Precision { fp32, bf16 };
+enum class Schedule { constant, cosine };
+
+std::string_view tier_name(Tier t);
+std::string_view precision_name(Precision p);
+std::string_view schedule_name(Schedule s);
+
+struct ModelConfig {
+  int dim = 256;             // hidden size (HF hidden_size)
+  int n_layers = 4;          // decoder blocks (HF num_hidden_layers)
+  int n_heads = 8;           // query heads (HF num_attention_heads)
+  int n_kv_heads = 4;        // key/value heads, divides n_heads (HF num_key_value_heads)
+  int ffn_dim = 768;         // SwiGLU inner size (HF intermediate_size)
+  int vocab_size = 256;      // byte-level text needs 256
+  int max_seq_len = 1024;    // longest sequence (HF max_position_embeddings)
+  float rope_theta = 10000.0f;
+  float norm_eps = 1e-5f;    // RMSNorm epsilon (HF rms_norm_eps)
+  bool tie_embeddings = false;
+  float init_std = 0.02f;    // normal(0, init_std) for linear and embedding weights
+
+  int head_dim() const { return dim / n_heads; }
+};
+
+struct DataConfig {
+  std::string path = "builtin:words";  // a .txt file (bytes), an llm.c token file, or builtin:NAME
+  int seq_len = 128;                    // T: tokens per window
+  int micro_batch = 8;                  // B: windows per micro-batch per data-parallel rank
+  bool shuffle = false;                 // permute windows each epoch (a pure function of seed, epoch)
+};
+
+struct TrainConfig {
+  int steps = 300;
+  float lr = 3e-3f;
+  int warmup_steps = 20;
+  Schedule schedule = Schedule::cosine;
+  float min_lr_ratio = 0.1f;  // cosine decays to lr * min_lr_ratio at the last step
+  float weight_decay = 0.1f;
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float eps = 1e-8f;
+  float grad_clip = 1.0f;     // global-norm clipping threshold; 0 = off
+  int grad_accum = 1;         // micro-batches per step
+  Precision precision = Precision::fp32;
+  uint64_t seed = 1234;
+  std::string device = "cpu";  // cpu | cuda | auto
+  int threads = 0;             // oneTBB threads; 0 = all this process may use
+};
+
+struct EvalConfig {
+  int batches = 8;          // micro-batches evaluated by `strata eval` and at the end of training
+  std::string path;         // data for eval; empty = data.path
+};
+
+struct LogConfig {
+  int every = 10;           // log a metrics line every N steps (and the last step)
+  std::string metrics;      // JSONL path; empty = none
+  std::string trace;        // Chrome-trace JSON path; empty = none
+  double peak_flops = 0;    // FLOP/s that MFU is measured against; 0 = measure f32 GEMM at start
+};
+
+struct OffloadConfig {
+  Tier params = Tier::device;     // compute copy of the parameters
+  Tier grads = Tier::device;      // f32 gradient shards (device | host)
+  Tier optimizer = Tier::device;  // f32 master, m, v
+  uint64_t device_mem_limit = 0;  // cap on device memory; 0 = the device's size
+  uint64_t pinned_mem_limit = 0;  // pinned host budget; 0 = as the plan needs
+  std::vector<std::string> nvme_path;  // one directory per NVMe device
+  int prefetch = 2;               // NVMe reads ahead, in units
+  uint64_t optimizer_chunk = 64ull << 20;  // bytes per chunk of the NVMe optimizer pipeline
+};
+
+struct ZeroConfig {
+  int prefetch = 1;                    // units gathered ahead of the one computing
+  bool reshard_after_forward = true;   // free the gathered copy after a unit's forward
+  bool activation_checkpointing = false;
+};
+
+struct ParallelConfig {
+  int dp = 0;  // data-parallel ranks; 0 = world / (tp * pp)
+  int tp = 1;
+  int pp = 1;
+};
+
+struct IoConfig {
+  std::string backend = "auto";       // auto | uring | posix
+  int queue_depth = 32;
+  uint64_t block_size = 1ull << 20;
+  uint64_t stripe_size = 1ull << 20;  // bytes per stripe across several nvme_path directories
+};
+
+struct Config {
+  ModelConfig model;
+  DataConfig data;
+  TrainConfig train;
+  EvalConfig eval;
+  LogConfig log;
+  OffloadConfig offload;
+  ZeroConfig zero;
+  ParallelConfig parallel;
+  IoConfig io;
+};
+
+// Defaults, then the TOML file (if path is not empty), then each "section.key=value" override.
+// Validates the result.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides);
+// Applies one "section.key=value" (value parsed by the key's type; sizes accept "2G").
+void apply_override(Config& config, std::string_view assignment);
+// Impossible combinations, ranges, shapes (heads dividing dim, kv heads dividing heads, ...).
+void validate(const Config& config);
+// The whole config as TOML (loadable by load_config) and as JSON (for manifests and metrics).
+std::string config_to_toml(const Config& config);
+nlohmann::json config_to_json(const Config& config);
+// docs/config.md: every key, its type, default and meaning.
+std::string config_reference_markdown();
+
+}  // namespace strata

@@ -1,0 +1,51 @@
+// optimizer/adamw.h — AdamW as torch.optim.AdamW documents it (decoupled weight decay, bias
+// correction, eps outside the square root), one pass over memory per element.
+//
+// For step t (1-based), with g = grad · grad_scale:
+//   p = p − lr·wd·p;  m = β1·m + (1−β1)·g;  v = β2·v + (1−β2)·g²;
+//   p = p − lr · (m / (1−β1^t)) / (sqrt(v / (1−β2^t)) + eps)
+// written once as a fixed sequence of IEEE-754 operations that every path (scalar, AVX2,
+// AVX-512, CUDA) follows, so all agree bit for bit (see optimizer/adamw_def.h). This header is
+// the whole interface the engine uses; the ISA is chosen once from the CPU's features.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace strata {
+
+enum class AdamIsa { scalar, avx2, avx512 };
+std::string_view adam_isa_name(AdamIsa isa);
+
+struct AdamWHyper {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;
+};
+
+// One shard's state. grad (f32) or grad_bf16 is given (exactly one); param_bf16, when not
+// null, receives the updated parameter rounded to bf16 (nearest even) in the same pass.
+struct AdamWTensors {
+  float* param = nullptr;
+  const float* grad = nullptr;
+  const uint16_t* grad_bf16 = nullptr;
+  float* m = nullptr;
+  float* v = nullptr;
+  uint16_t* param_bf16 = nullptr;
+  size_t n = 0;
+};
+
+// Updates one shard for step `step` (1-based); the gradient is multiplied by grad_scale
+// (loss-scale unscaling times the clipping coefficient) inside the same pass. Runs on the ISA
+// chosen at start (STRATA_ISA=scalar|avx2|avx512 forces one), split by oneTBB.
+void adamw_update(const AdamWHyper& hyper, int64_t step, float grad_scale, const AdamWTensors& t);
+// The same on a given ISA (Error if this CPU or build lacks it).
+void adamw_update_isa(AdamIsa isa, const AdamWHyper& hyper, int64_t step, float grad_scale,
+                      const AdamWTensors& t);
+AdamIsa adamw_active_isa();
+bool adamw_isa_available(AdamIsa isa);
+
+}  // namespace strata
