@@ -1,0 +1,5 @@
+// placeholder: registers nothing yet
+#include "apps/strata/commands.h"
+namespace strata::app {
+void register_config(CLI::App&) {}
+}  // namespace strata::app

@@ -1,0 +1,17 @@
+// apps/strata/commands.h — each subcommand registers itself on the CLI11 app. A command's
+// callback throws strata::Error on failure; main() turns that into a message and exit code.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace strata::app {
+
+void register_train(CLI::App& app);
+void register_eval(CLI::App& app);
+void register_info(CLI::App& app);
+void register_config(CLI::App& app);
+void register_bench_gemm(CLI::App& bench);
+void register_bench_io(CLI::App& bench);
+void register_bench_adam(CLI::App& bench);
+
+}  // namespace strata::app
