@@ -1,0 +1,83 @@
+// tests/kernels/op_test_util.h — helpers shared by the op tests: seeded random tensors and an
+// element-by-element comparison that reports the worst element and fails the test.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace strata::test {
+
+// Unit roundoff of f32 (2^-24): the "u" of the tolerance comments.
+inline constexpr double kU32 = 1.0 / (1 << 24);
+
+template <class Real = float>
+std::vector<Real> random_vec(size_t n, uint32_t seed, double lo = -1.0, double hi = 1.0) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> dist(lo, hi);
+  std::vector<Real> v(n);
+  for (auto& x : v) x = Real(dist(rng));
+  return v;
+}
+
+inline std::vector<int32_t> random_tokens(size_t n, int V, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> dist(0, V - 1);
+  std::vector<int32_t> v(n);
+  for (auto& t : v) t = dist(rng);
+  return v;
+}
+
+template <class Real>
+std::vector<double> to_double(const std::vector<Real>& v) {
+  return std::vector<double>(v.begin(), v.end());
+}
+
+inline double max_abs(const std::vector<float>& v) {
+  double m = 0;
+  for (float x : v) m = std::max(m, std::fabs(double(x)));
+  return m;
+}
+
+// Expects |got[i] − want[i]| ≤ tol(i) for every i; on failure reports how many elements failed
+// and the worst one (index, values, tolerance). NaN anywhere in got or want fails.
+inline void expect_close_fn(const std::string& what, const float* got, const float* want, size_t n,
+                            const std::function<double(size_t)>& tol) {
+  size_t bad = 0, worst = 0;
+  double worst_ratio = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double g = got[i], w = want[i], t = tol(i);
+    const double err = std::fabs(g - w);
+    const bool ok = !std::isnan(g) && !std::isnan(w) && err <= t;
+    if (!ok) ++bad;
+    const double ratio = std::isnan(err) ? INFINITY : err / std::max(t, 1e-300);
+    if (ratio > worst_ratio || (!ok && bad == 1)) {
+      worst_ratio = ratio;
+      worst = i;
+    }
+  }
+  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << n << " elements out of tolerance; worst ["
+                     << worst << "] got " << got[worst] << " want " << want[worst] << " tol "
+                     << tol(worst);
+}
+
+// |got − want| ≤ atol + rtol·|want|.
+inline void expect_close(const std::string& what, const std::vector<float>& got,
+                         const std::vector<float>& want, double rtol, double atol) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  expect_close_fn(what, got.data(), want.data(), got.size(),
+                  [&](size_t i) { return atol + rtol * std::fabs(double(want[i])); });
+}
+
+inline void expect_equal(const std::string& what, const std::vector<float>& got,
+                         const std::vector<float>& want) {
+  expect_close(what, got, want, 0.0, 0.0);
+}
+
+}  // namespace strata::test
