@@ -28,6 +28,7 @@ struct AdamWHyper {
 
 // One shard's state. grad (f32) or grad_bf16 is given (exactly one); param_bf16, when not
 // null, receives the updated parameter rounded to bf16 (nearest even) in the same pass.
+// Arrays of n elements, any alignment, not overlapping; the call reads and writes each once.
 struct AdamWTensors {
   float* param = nullptr;
   const float* grad = nullptr;
@@ -36,6 +37,13 @@ struct AdamWTensors {
   float* v = nullptr;
   uint16_t* param_bf16 = nullptr;
   size_t n = 0;
+  // Option: m and v kept in bf16 (rounded to nearest even after each step) — give m_bf16 and
+  // v_bf16 and leave m and v null. It halves the bytes of m and v (a step touches 20 bytes per
+  // parameter instead of 28) but is numerically a different optimizer: the moments lose 16 bits
+  // of mantissa every step. All paths still agree bit for bit with each other, not with the
+  // f32-state results. See docs/optimizer.md.
+  uint16_t* m_bf16 = nullptr;
+  uint16_t* v_bf16 = nullptr;
 };
 
 // Updates one shard for step `step` (1-based); the gradient is multiplied by grad_scale
@@ -45,7 +53,10 @@ void adamw_update(const AdamWHyper& hyper, int64_t step, float grad_scale, const
 // The same on a given ISA (Error if this CPU or build lacks it).
 void adamw_update_isa(AdamIsa isa, const AdamWHyper& hyper, int64_t step, float grad_scale,
                       const AdamWTensors& t);
+// The ISA adamw_update runs on: STRATA_ISA when set (Error if unknown or not executable here),
+// else the widest this CPU and build have. Chosen and logged on the first call.
 AdamIsa adamw_active_isa();
+// Built into this binary and executable on this CPU (cpuid + the OS saving the registers).
 bool adamw_isa_available(AdamIsa isa);
 
 }  // namespace strata
