@@ -1,0 +1,50 @@
+// bench/io_bench.h — `strata bench io`: sequential write, then read, of a striped swap space
+// through FileIO (O_DIRECT where the file system allows it, so the page cache cannot serve the
+// reads), with every block read back checked; and a sweep over block sizes and queue depths
+// that recommends io.block_size and io.queue_depth.
+//
+// Figures are decimal GB/s (1e9 bytes per second, as fio prints "GB/s"), over the whole phase
+// from the first submission to the last completion. `wrong` counts 4 KiB sectors read back with
+// bytes other than those written (each sector carries its offset and the run's seed).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace strata {
+
+struct IoBenchOptions {
+  std::vector<std::string> dirs;       // one file per directory, striped
+  uint64_t size_bytes = 4ull << 30;    // written, then read
+  uint64_t block_bytes = 1ull << 20;   // bytes per request
+  int queue_depth = 32;                // requests in flight
+  std::string backend = "auto";        // auto | uring | posix
+  uint64_t stripe_bytes = 1ull << 20;  // across dirs
+  double max_seconds = 0;              // per phase; 0 = no limit (the sweep sets one)
+  bool huge_pages = true;              // staging on transparent huge pages (see aligned_buffer.h)
+};
+
+// One write + read pass. Throws strata::Error on I/O errors; a non-zero `wrong` is reported,
+// not thrown (the caller decides).
+nlohmann::json run_io_bench(const IoBenchOptions& options);
+
+struct IoSweepOptions {
+  IoBenchOptions base;  // dirs, backend, stripe; size_bytes is the cap per point
+  std::vector<uint64_t> blocks = {128ull << 10, 256ull << 10, 512ull << 10, 1ull << 20,
+                                  2ull << 20, 4ull << 20, 8ull << 20};
+  std::vector<int> depths = {1, 2, 4, 8, 16, 32, 64};
+  double seconds_per_phase = 2.0;
+};
+
+// Every (block, depth) point, the best, and the recommendation. Points are scored by the
+// harmonic mean of write and read GB/s (the rate of moving equal bytes each way). A block size
+// qualifies from the smallest depth at which it and every deeper point score within 10% of the
+// best (the median of the five best, so one lucky sample does not decide); the recommendation
+// is the qualifying point with the least staging memory (block × depth).
+nlohmann::json run_io_sweep(const IoSweepOptions& options);
+std::string format_io_bench(const nlohmann::json& result);  // human-readable, either kind
+
+}  // namespace strata

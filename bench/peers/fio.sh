@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# bench/peers/fio.sh — fio with the parameters of `strata bench io`, as its reference:
+# ioengine=io_uring, direct=1, the same block size, queue depth and size, one file per --dir
+# (fio spreads the blocks round-robin over them), a sequential write then (stonewall) a
+# sequential read of the same bytes. Prints decimal GB/s (1e9 B/s) like strata.
+# --tuned adds fio's io_uring options fixedbufs and registerfiles (registered buffers and files,
+# as strata uses); without it fio runs on its defaults.
+#
+#   bench/peers/fio.sh --dir DIR [--dir DIR2 ...] [--size 4G] [--block 1M] [--qd 32] [--tuned]
+#                      [--json]
+set -euo pipefail
+
+dirs=()
+size=4G block=1M qd=32 json=0 tuned=()
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --dir) dirs+=("$2"); shift 2 ;;
+    --size) size=$2; shift 2 ;;
+    --block) block=$2; shift 2 ;;
+    --qd) qd=$2; shift 2 ;;
+    --json) json=1; shift ;;
+    --tuned) tuned=(--fixedbufs --registerfiles); shift ;;
+    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    *) echo "fio.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+if [[ ${#dirs[@]} -eq 0 ]]; then
+  echo "fio.sh: pass --dir at least once" >&2; exit 2
+fi
+if ! command -v fio >/dev/null 2>&1; then
+  echo "fio.sh: fio is not installed; install it with:" >&2
+  echo "  apt-get install -y fio" >&2
+  exit 2
+fi
+
+files=()
+for d in "${dirs[@]}"; do
+  [[ -d "$d" ]] || { echo "fio.sh: '$d' is not a directory" >&2; exit 2; }
+  files+=("$d/strata-fio-$$.bin")
+done
+cleanup() { rm -f "${files[@]}"; }
+trap cleanup EXIT
+filename=$(IFS=:; echo "${files[*]}")
+
+# terse v3: one line per job; field 7 = read KiB/s, field 48 = write KiB/s.
+out=$(fio --output-format=terse --terse-version=3 \
+          --ioengine=io_uring --direct=1 --bs="$block" --iodepth="$qd" --size="$size" \
+          --filename="$filename" ${tuned[@]+"${tuned[@]}"} \
+          --name=write --rw=write \
+          --name=read --rw=read --stonewall)
+write_kib=$(awk -F';' '$3 == "write" { print $48 }' <<<"$out")
+read_kib=$(awk -F';' '$3 == "read" { print $7 }' <<<"$out")
+if [[ -z "$write_kib" || -z "$read_kib" ]]; then
+  echo "fio.sh: could not read fio's output:" >&2; echo "$out" >&2; exit 1
+fi
+write_gbps=$(awk -v k="$write_kib" 'BEGIN { printf "%.3f", k * 1024 / 1e9 }')
+read_gbps=$(awk -v k="$read_kib" 'BEGIN { printf "%.3f", k * 1024 / 1e9 }')
+if [[ $json -eq 1 ]]; then
+  printf '{"peer":"fio","fio_version":"%s","write_gbps":%s,"read_gbps":%s,"size":"%s","block":"%s","queue_depth":%s,"files":%d,"tuned":%s}\n' \
+    "$(fio --version)" "$write_gbps" "$read_gbps" "$size" "$block" "$qd" "${#files[@]}" \
+    "$([[ ${#tuned[@]} -gt 0 ]] && echo true || echo false)"
+else
+  echo "fio ($(fio --version)): io_uring, direct=1, bs $block, iodepth $qd, size $size, ${#files[@]} file(s)${tuned[@]+ ${tuned[*]}}"
+  echo "  write $write_gbps GB/s"
+  echo "  read  $read_gbps GB/s"
+fi
