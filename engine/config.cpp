@@ -1,1 +1,926 @@
-// placeholder; being written
+// engine/config.cpp — the configuration schema and everything it drives.
+//
+// One table, kKeys, lists every key once: section, name, type, allowed values or range, meaning,
+// and where it lives in Config. Parsing TOML, `--set` overrides, range validation, printing as
+// TOML and JSON, and docs/config.md are all loops over that table, so a key added here is parsed,
+// checked, printed and documented at once. Defaults are read from a default-constructed Config.
+// Rules between keys (heads dividing dim, ...) are written out in validate().
+#include "engine/config.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstdint>
+#include <limits>
+#include <sstream>
+#include <variant>
+
+#include <nlohmann/json.hpp>
+#include <toml++/toml.h>
+
+#include "core/error.h"
+#include "core/size.h"
+#include "engine/file_util.h"
+
+namespace strata {
+
+std::string_view tier_name(Tier t) {
+  switch (t) {
+    case Tier::device: return "device";
+    case Tier::host: return "host";
+    case Tier::nvme: return "nvme";
+  }
+  return "?";
+}
+
+std::string_view precision_name(Precision p) {
+  switch (p) {
+    case Precision::fp32: return "fp32";
+    case Precision::bf16: return "bf16";
+  }
+  return "?";
+}
+
+std::string_view schedule_name(Schedule s) {
+  switch (s) {
+    case Schedule::constant: return "constant";
+    case Schedule::cosine: return "cosine";
+  }
+  return "?";
+}
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// The schema.
+
+enum class Kind { integer, real, boolean, string, size, choice, string_list };
+
+// Where a key's value lives. A choice key is stored either as its enum (choice i ↔ enum value i)
+// or as the chosen string.
+using Field = std::variant<int*, uint64_t*, float*, double*, bool*, std::string*, Tier*,
+                           Precision*, Schedule*, std::vector<std::string>*>;
+
+// Allowed numeric range; an unset bound is infinite.
+struct Range {
+  double lo = -std::numeric_limits<double>::infinity();
+  double hi = std::numeric_limits<double>::infinity();
+  bool lo_open = false;
+  bool hi_open = false;
+
+  bool bounded() const { return std::isfinite(lo) || std::isfinite(hi); }
+  bool contains(double v) const {
+    bool above = lo_open ? v > lo : v >= lo;
+    bool below = hi_open ? v < hi : v <= hi;
+    return above && below;  // false for NaN
+  }
+  std::string text() const {
+    using fileutil::double_text;
+    if (!bounded()) return "";
+    if (!std::isfinite(hi)) return str(lo_open ? "> " : ">= ", double_text(lo));
+    if (!std::isfinite(lo)) return str(hi_open ? "< " : "<= ", double_text(hi));
+    return str(lo_open ? "(" : "[", double_text(lo), ", ", double_text(hi), hi_open ? ")" : "]");
+  }
+};
+
+constexpr Range any() { return {}; }
+constexpr Range at_least(double lo) { return {lo, std::numeric_limits<double>::infinity(), false, false}; }
+constexpr Range positive() { return {0, std::numeric_limits<double>::infinity(), true, false}; }
+constexpr Range between(double lo, double hi) { return {lo, hi, false, false}; }
+constexpr Range unit_half_open() { return {0, 1, false, true}; }
+
+struct Key {
+  std::string_view section;
+  std::string_view name;
+  Field (*field)(Config&);
+  Kind kind;
+  std::string_view meaning;
+  Range range = any();
+  std::vector<std::string_view> choices = {};
+
+  std::string full_name() const { return str(section, ".", name); }
+};
+
+template <auto Section, auto Member>
+Field field_of(Config& c) {
+  return &((c.*Section).*Member);
+}
+
+// Section and key names written once, so they always match the Config members.
+#define STRATA_CONFIG_KEY(sec, key) \
+  #sec, #key, &field_of<&Config::sec, &decltype(Config::sec)::key>
+
+const std::vector<std::string_view> kTiers = {"device", "host", "nvme"};
+
+const std::vector<Key>& keys() {
+  static const std::vector<Key> kKeys = {
+      // [model]
+      {STRATA_CONFIG_KEY(model, dim), Kind::integer, "hidden size (HF hidden_size)", at_least(1)},
+      {STRATA_CONFIG_KEY(model, n_layers), Kind::integer, "decoder blocks (HF num_hidden_layers)",
+       at_least(1)},
+      {STRATA_CONFIG_KEY(model, n_heads), Kind::integer,
+       "query heads (HF num_attention_heads); divides dim, dim / n_heads even", at_least(1)},
+      {STRATA_CONFIG_KEY(model, n_kv_heads), Kind::integer,
+       "key/value heads (HF num_key_value_heads); divides n_heads", at_least(1)},
+      {STRATA_CONFIG_KEY(model, ffn_dim), Kind::integer, "SwiGLU inner size (HF intermediate_size)",
+       at_least(1)},
+      {STRATA_CONFIG_KEY(model, vocab_size), Kind::integer,
+       "vocabulary size; raw text and the built-in tasks need 256", at_least(1)},
+      {STRATA_CONFIG_KEY(model, max_seq_len), Kind::integer,
+       "longest sequence (HF max_position_embeddings); data.seq_len <= max_seq_len", at_least(1)},
+      {STRATA_CONFIG_KEY(model, rope_theta), Kind::real, "rotary embedding base (HF rope_theta)",
+       positive()},
+      {STRATA_CONFIG_KEY(model, norm_eps), Kind::real, "RMSNorm epsilon (HF rms_norm_eps)",
+       positive()},
+      {STRATA_CONFIG_KEY(model, tie_embeddings), Kind::boolean,
+       "the output head shares the embedding matrix (HF tie_word_embeddings)"},
+      {STRATA_CONFIG_KEY(model, init_std), Kind::real,
+       "initial weights are normal(0, init_std) (HF initializer_range)", at_least(0)},
+      // [data]
+      {STRATA_CONFIG_KEY(data, path), Kind::string,
+       "training tokens: a text file (bytes), an llm.c token file (.bin), or builtin:words, "
+       "builtin:count, builtin:random"},
+      {STRATA_CONFIG_KEY(data, seq_len), Kind::integer, "T: tokens per window (sequence length)",
+       at_least(1)},
+      {STRATA_CONFIG_KEY(data, micro_batch), Kind::integer,
+       "B: windows per micro-batch per data-parallel rank", at_least(1)},
+      {STRATA_CONFIG_KEY(data, shuffle), Kind::boolean,
+       "permute the windows of each epoch (a pure function of train.seed and the epoch)"},
+      // [train]
+      {STRATA_CONFIG_KEY(train, steps), Kind::integer, "optimizer steps", at_least(0)},
+      {STRATA_CONFIG_KEY(train, lr), Kind::real, "peak learning rate", positive()},
+      {STRATA_CONFIG_KEY(train, warmup_steps), Kind::integer,
+       "steps of linear warmup from 0 to lr", at_least(0)},
+      {STRATA_CONFIG_KEY(train, schedule), Kind::choice, "learning-rate schedule after warmup",
+       any(), {"constant", "cosine"}},
+      {STRATA_CONFIG_KEY(train, min_lr_ratio), Kind::real,
+       "cosine decays to lr * min_lr_ratio at the last step", between(0, 1)},
+      {STRATA_CONFIG_KEY(train, weight_decay), Kind::real, "AdamW decoupled weight decay",
+       at_least(0)},
+      {STRATA_CONFIG_KEY(train, decay_norms), Kind::boolean,
+       "apply weight decay to the RMSNorm weights too (as torch.optim.AdamW over all parameters)"},
+      {STRATA_CONFIG_KEY(train, beta1), Kind::real, "AdamW first-moment decay", unit_half_open()},
+      {STRATA_CONFIG_KEY(train, beta2), Kind::real, "AdamW second-moment decay", unit_half_open()},
+      {STRATA_CONFIG_KEY(train, eps), Kind::real, "AdamW epsilon", positive()},
+      {STRATA_CONFIG_KEY(train, grad_clip), Kind::real,
+       "global gradient-norm clipping threshold; 0 = off", at_least(0)},
+      {STRATA_CONFIG_KEY(train, grad_accum), Kind::integer, "micro-batches per optimizer step",
+       at_least(1)},
+      {STRATA_CONFIG_KEY(train, precision), Kind::choice,
+       "compute precision: fp32, or bf16 compute copy with f32 master weights", any(),
+       {"fp32", "bf16"}},
+      {STRATA_CONFIG_KEY(train, seed), Kind::integer,
+       "seed of initialization and shuffling (the built-in tasks do not depend on it)",
+       at_least(0)},
+      {STRATA_CONFIG_KEY(train, device), Kind::choice,
+       "device to compute on; auto = cuda when available, else cpu", any(),
+       {"cpu", "cuda", "auto"}},
+      {STRATA_CONFIG_KEY(train, threads), Kind::integer,
+       "CPU threads (oneTBB); 0 = all this process may use", at_least(0)},
+      // [eval]
+      {STRATA_CONFIG_KEY(eval, batches), Kind::integer,
+       "micro-batches evaluated by strata eval and at the end of training; 0 = no evaluation "
+       "after training", at_least(0)},
+      {STRATA_CONFIG_KEY(eval, path), Kind::string, "evaluation tokens; empty = data.path"},
+      // [log]
+      {STRATA_CONFIG_KEY(log, every), Kind::integer,
+       "log a metrics line every N steps (and the last step)", at_least(1)},
+      {STRATA_CONFIG_KEY(log, metrics), Kind::string,
+       "JSONL file with one object per logged step; empty = none"},
+      {STRATA_CONFIG_KEY(log, trace), Kind::string,
+       "Chrome-trace (Perfetto) JSON timeline; empty = none"},
+      {STRATA_CONFIG_KEY(log, peak_flops), Kind::real,
+       "FLOP/s that MFU is measured against; 0 = measure the f32 GEMM rate at start",
+       at_least(0)},
+      // [offload]
+      {STRATA_CONFIG_KEY(offload, params), Kind::choice,
+       "tier of the parameters' compute copy (only device until offload lands)", any(), kTiers},
+      {STRATA_CONFIG_KEY(offload, grads), Kind::choice,
+       "tier of the f32 gradient shards; never nvme (only device until offload lands)", any(),
+       kTiers},
+      {STRATA_CONFIG_KEY(offload, optimizer), Kind::choice,
+       "tier of the f32 master weights and AdamW m, v (only device until offload lands)", any(),
+       kTiers},
+      {STRATA_CONFIG_KEY(offload, device_mem_limit), Kind::size,
+       "cap on device memory; 0 = the device's size"},
+      {STRATA_CONFIG_KEY(offload, pinned_mem_limit), Kind::size,
+       "pinned host memory budget; 0 = as the plan needs"},
+      {STRATA_CONFIG_KEY(offload, nvme_path), Kind::string_list,
+       "one directory per NVMe device (TOML array; comma-separated in --set)"},
+      {STRATA_CONFIG_KEY(offload, prefetch), Kind::integer, "units read ahead from NVMe",
+       at_least(0)},
+      {STRATA_CONFIG_KEY(offload, optimizer_chunk), Kind::size,
+       "bytes per chunk of the NVMe optimizer pipeline", at_least(4096)},
+      // [zero]
+      {STRATA_CONFIG_KEY(zero, prefetch), Kind::integer,
+       "units gathered ahead of the one computing", at_least(0)},
+      {STRATA_CONFIG_KEY(zero, reshard_after_forward), Kind::boolean,
+       "free a unit's gathered parameters after its forward (gather again in backward)"},
+      {STRATA_CONFIG_KEY(zero, activation_checkpointing), Kind::boolean,
+       "recompute each unit's activations in backward instead of keeping them"},
+      // [parallel]
+      {STRATA_CONFIG_KEY(parallel, dp), Kind::integer,
+       "data-parallel ranks; 0 = world size / (tp * pp)", at_least(0)},
+      {STRATA_CONFIG_KEY(parallel, tp), Kind::integer,
+       "tensor-parallel ranks; divides n_heads, n_kv_heads and ffn_dim", at_least(1)},
+      {STRATA_CONFIG_KEY(parallel, pp), Kind::integer,
+       "pipeline stages; at most n_layers + 2 units", at_least(1)},
+      // [io]
+      {STRATA_CONFIG_KEY(io, backend), Kind::choice,
+       "file I/O backend; auto = io_uring when available, else POSIX", any(),
+       {"auto", "uring", "posix"}},
+      {STRATA_CONFIG_KEY(io, queue_depth), Kind::integer, "requests in flight per queue",
+       between(1, 65536)},
+      {STRATA_CONFIG_KEY(io, block_size), Kind::size,
+       "bytes per I/O request; a multiple of 4096", at_least(4096)},
+      {STRATA_CONFIG_KEY(io, stripe_size), Kind::size,
+       "bytes per stripe across several nvme_path directories; a multiple of io.block_size",
+       at_least(4096)},
+  };
+  return kKeys;
+}
+
+#undef STRATA_CONFIG_KEY
+
+struct Section {
+  std::string_view name;
+  std::string_view meaning;
+};
+
+const std::vector<Section>& sections() {
+  static const std::vector<Section> kSections = {
+      {"model", "the Llama decoder: shapes and initialization"},
+      {"data", "training tokens and the windows read from them"},
+      {"train", "the optimization loop: AdamW, learning rate, clipping, precision"},
+      {"eval", "evaluation"},
+      {"log", "metrics, timelines and progress"},
+      {"offload", "where each kind of state lives: device, host (pinned) or nvme"},
+      {"zero", "the ZeRO-3 gather / reshard schedule"},
+      {"parallel", "the process mesh: world = pp x dp x tp"},
+      {"io", "asynchronous file I/O for the NVMe tier"},
+  };
+  return kSections;
+}
+
+const Key* find_key(std::string_view section, std::string_view name) {
+  for (const Key& k : keys())
+    if (k.section == section && k.name == name) return &k;
+  return nullptr;
+}
+
+bool known_section(std::string_view section) {
+  for (const Section& s : sections())
+    if (s.name == section) return true;
+  return false;
+}
+
+std::string join(const std::vector<std::string>& items, std::string_view sep) {
+  std::string out;
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (i) out += sep;
+    out += items[i];
+  }
+  return out;
+}
+
+std::string section_keys(std::string_view section) {
+  std::vector<std::string> names;
+  for (const Key& k : keys())
+    if (k.section == section) names.emplace_back(k.name);
+  return join(names, ", ");
+}
+
+std::string section_names() {
+  std::vector<std::string> names;
+  for (const Section& s : sections()) names.emplace_back(s.name);
+  return join(names, ", ");
+}
+
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1])});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// "did you mean 'n_heads'?" when one name is close; empty otherwise.
+std::string suggestion(std::string_view wrong, const std::vector<std::string>& candidates) {
+  std::string best;
+  size_t best_d = std::max<size_t>(2, wrong.size() / 3) + 1;
+  for (const auto& c : candidates) {
+    size_t d = edit_distance(wrong, c);
+    if (d < best_d) best_d = d, best = c;
+  }
+  return best.empty() ? "" : str("did you mean '", best, "'?");
+}
+
+[[noreturn]] void unknown_section(std::string_view where, std::string_view section,
+                                  std::string_view origin) {
+  std::vector<std::string> names;
+  for (const Section& s : sections()) names.emplace_back(s.name);
+  std::vector<std::string> hints;
+  if (auto s = suggestion(section, names); !s.empty()) hints.push_back(s);
+  hints.push_back(str("sections: ", section_names()));
+  throw Error(std::string(where), str("unknown section [", section, "] in ", origin),
+              std::move(hints));
+}
+
+[[noreturn]] void unknown_key(std::string_view where, std::string_view section,
+                              std::string_view name, std::string_view origin) {
+  std::vector<std::string> names;
+  for (const Key& k : keys())
+    if (k.section == section) names.emplace_back(k.name);
+  std::vector<std::string> hints;
+  if (auto s = suggestion(name, names); !s.empty()) hints.push_back(s);
+  hints.push_back(str("keys of [", section, "]: ", section_keys(section)));
+  throw Error(std::string(where), str("unknown key '", section, ".", name, "' in ", origin),
+              std::move(hints));
+}
+
+std::string quoted_list(const std::vector<std::string_view>& items, std::string_view sep) {
+  std::string out;
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (i) out += sep;
+    out += str("\"", items[i], "\"");
+  }
+  return out;
+}
+
+// "an integer", "one of \"fp32\", \"bf16\"", ...: what a key expects, for errors.
+std::string expected_text(const Key& k) {
+  switch (k.kind) {
+    case Kind::integer: return "an integer";
+    case Kind::real: return "a number";
+    case Kind::boolean: return "true or false";
+    case Kind::string: return "a string";
+    case Kind::size: return "a size (a byte count, or a string like \"512M\", \"2G\")";
+    case Kind::choice: return str("one of ", quoted_list(k.choices, ", "));
+    case Kind::string_list: return "an array of strings";
+  }
+  return "?";
+}
+
+// Short type names for docs/config.md.
+std::string type_text(const Key& k) {
+  switch (k.kind) {
+    case Kind::integer: return "int";
+    case Kind::real: return "float";
+    case Kind::boolean: return "bool";
+    case Kind::string: return "string";
+    case Kind::size: return "size";
+    case Kind::choice: return "enum";
+    case Kind::string_list: return "list of strings";
+  }
+  return "?";
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading and writing one key's value.
+
+// The config is only read through the returned pointer; fields are reached through one
+// non-const accessor per key, shared by readers and writers.
+Field field(const Key& k, const Config& c) { return k.field(const_cast<Config&>(c)); }
+
+std::string toml_string(std::string_view s) {
+  std::string out = "\"";
+  for (char ch : s) {
+    unsigned char u = static_cast<unsigned char>(ch);
+    switch (ch) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\r': out += "\\r"; break;
+      default:
+        if (u < 0x20 || u == 0x7f) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", u);
+          out += buf;
+        } else {
+          out += ch;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+// A TOML float: shortest text, with ".0" added where it would read as an integer.
+std::string toml_float(std::string text) {
+  if (text.find_first_of(".eEn") == std::string::npos) text += ".0";  // "n": inf, nan
+  return text;
+}
+
+// A size as TOML: "64M" when that reads back exactly, else the byte count.
+std::string toml_size(uint64_t v) {
+  if (v >= KiB) {
+    std::string s = format_bytes(v);
+    try {
+      if (parse_bytes(s) == v) return toml_string(s);
+    } catch (const Error&) {
+      // "12.06K" is rounded and not a whole number of bytes: print the count instead
+    }
+  }
+  return std::to_string(v);
+}
+
+std::string toml_value(const Key& k, const Config& c) {
+  return std::visit(
+      [&](auto* p) -> std::string {
+        using T = std::remove_pointer_t<decltype(p)>;
+        if constexpr (std::is_same_v<T, int>) return std::to_string(*p);
+        else if constexpr (std::is_same_v<T, uint64_t>)
+          return k.kind == Kind::size ? toml_size(*p) : std::to_string(*p);
+        else if constexpr (std::is_same_v<T, float>) return toml_float(fileutil::float_text(*p));
+        else if constexpr (std::is_same_v<T, double>) return toml_float(fileutil::double_text(*p));
+        else if constexpr (std::is_same_v<T, bool>) return *p ? "true" : "false";
+        else if constexpr (std::is_same_v<T, std::string>) return toml_string(*p);
+        else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+          std::vector<std::string> q;
+          for (const auto& s : *p) q.push_back(toml_string(s));
+          std::string list = "[";
+          list += join(q, ", ");
+          list += ']';
+          return list;
+        } else {
+          return toml_string(k.choices.at(static_cast<size_t>(*p)));  // an enum
+        }
+      },
+      field(k, c));
+}
+
+nlohmann::json json_value(const Key& k, const Config& c) {
+  return std::visit(
+      [&](auto* p) -> nlohmann::json {
+        using T = std::remove_pointer_t<decltype(p)>;
+        if constexpr (std::is_same_v<T, float>) return fileutil::float_as_decimal(*p);
+        else if constexpr (std::is_enum_v<T>) return k.choices.at(static_cast<size_t>(*p));
+        else return *p;
+      },
+      field(k, c));
+}
+
+// Describes a TOML node for an error: `string "abc"`, `float 3.5`, `array [1, 2]`.
+std::string node_text(const toml::node& n) {
+  std::ostringstream os;
+  os << n.type() << ' ';
+  n.visit([&](auto&& v) { os << v; });
+  std::string s = os.str();
+  if (s.size() > 80) s = s.substr(0, 77) + "...";
+  return s;
+}
+
+// Parsed values on their way into a field; the kind of the key says which member is set.
+struct Value {
+  int64_t i = 0;
+  double d = 0;
+  bool b = false;
+  std::string s;
+  std::vector<std::string> list;
+  uint64_t bytes = 0;
+};
+
+std::string toml_value(const Key& k, const Config& c);
+
+// "model.dim (int, default 256): hidden size (HF hidden_size)" — the hint under a key's errors.
+std::string key_hint(const Key& k) {
+  static const Config defaults;
+  return str(k.full_name(), " (", type_text(k), ", default ", toml_value(k, defaults), "): ",
+             k.meaning);
+}
+
+[[noreturn]] void wrong_type(std::string_view where, const Key& k, std::string_view got,
+                             std::string_view origin) {
+  fail(std::string(where),
+       str(k.full_name(), ": expected ", expected_text(k), ", got ", got, " (", origin, ")"),
+       key_hint(k));
+}
+
+[[noreturn]] void out_of_range(std::string_view where, const Key& k, std::string_view value,
+                               std::string_view allowed, std::string_view origin = {}) {
+  std::string in = origin.empty() ? std::string() : str(" (", origin, ")");
+  fail(std::string(where),
+       str(k.full_name(), " = ", value, " is out of range; allowed: ", allowed, in),
+       key_hint(k));
+}
+
+// A key's range narrowed to what its field can hold (int or uint64), for width errors.
+Range int_range(const Key& k) {
+  Range r = k.range;
+  Config probe;
+  const bool narrow = std::holds_alternative<int*>(k.field(probe));
+  r.lo = std::max(r.lo, narrow ? double(std::numeric_limits<int>::min()) : 0.0);
+  r.hi = std::min(r.hi, narrow ? double(std::numeric_limits<int>::max()) : 9223372036854775807.0);
+  return r;
+}
+
+// Stores a parsed value into the key's field. Integer width and enum membership are checked
+// here; numeric ranges are checked by validate().
+void store(std::string_view where, const Key& k, const Value& v, Config& c,
+           std::string_view origin) {
+  std::visit(
+      [&](auto* p) {
+        using T = std::remove_pointer_t<decltype(p)>;
+        if constexpr (std::is_same_v<T, int>) {
+          if (v.i < std::numeric_limits<int>::min() || v.i > std::numeric_limits<int>::max())
+            out_of_range(where, k, std::to_string(v.i), int_range(k).text(), origin);
+          *p = static_cast<int>(v.i);
+        } else if constexpr (std::is_same_v<T, uint64_t>) {
+          if (k.kind == Kind::size) {
+            *p = v.bytes;
+          } else {
+            if (v.i < 0) out_of_range(where, k, std::to_string(v.i), k.range.text(), origin);
+            *p = static_cast<uint64_t>(v.i);
+          }
+        } else if constexpr (std::is_same_v<T, float>) {
+          if (std::isfinite(v.d) && std::abs(v.d) > std::numeric_limits<float>::max())
+            out_of_range(where, k, fileutil::double_text(v.d), "a finite 32-bit float", origin);
+          *p = static_cast<float>(v.d);
+        } else if constexpr (std::is_same_v<T, double>) {
+          *p = v.d;
+        } else if constexpr (std::is_same_v<T, bool>) {
+          *p = v.b;
+        } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+          *p = v.list;
+        } else if (k.kind == Kind::string) {
+          if constexpr (std::is_same_v<T, std::string>) *p = v.s;
+        } else {  // a choice: an enum or a string
+          auto it = std::find(k.choices.begin(), k.choices.end(), v.s);
+          if (it == k.choices.end())
+            fail(std::string(where),
+                 str(k.full_name(), ": \"", v.s, "\" is not allowed; allowed: ",
+                     quoted_list(k.choices, ", "), " (", origin, ")"),
+                 key_hint(k));
+          if constexpr (std::is_same_v<T, std::string>) *p = v.s;
+          else *p = static_cast<T>(it - k.choices.begin());
+        }
+      },
+      k.field(c));
+}
+
+// A TOML node → Value, by the key's kind.
+Value from_toml(std::string_view where, const Key& k, const toml::node& n, std::string_view origin) {
+  Value v;
+  auto bad = [&]() { wrong_type(where, k, node_text(n), origin); };
+  switch (k.kind) {
+    case Kind::integer:
+      if (!n.is_integer()) bad();
+      v.i = n.as_integer()->get();
+      break;
+    case Kind::real:
+      if (n.is_floating_point()) v.d = n.as_floating_point()->get();
+      else if (n.is_integer()) v.d = static_cast<double>(n.as_integer()->get());
+      else bad();
+      break;
+    case Kind::boolean:
+      if (!n.is_boolean()) bad();
+      v.b = n.as_boolean()->get();
+      break;
+    case Kind::string:
+    case Kind::choice:
+      if (!n.is_string()) bad();
+      v.s = n.as_string()->get();
+      break;
+    case Kind::size:
+      if (n.is_integer()) {
+        int64_t i = n.as_integer()->get();
+        if (i < 0) out_of_range(where, k, std::to_string(i), ">= 0", origin);
+        v.bytes = static_cast<uint64_t>(i);
+      } else if (n.is_string()) {
+        try {
+          v.bytes = parse_bytes(n.as_string()->get(), k.full_name());
+        } catch (const Error& e) {
+          throw Error(std::string(where), str(e.what_failed(), " (", origin, ")"), e.hints());
+        }
+      } else {
+        bad();
+      }
+      break;
+    case Kind::string_list:
+      if (!n.is_array()) bad();
+      for (const toml::node& item : *n.as_array()) {
+        if (!item.is_string()) bad();
+        v.list.push_back(item.as_string()->get());
+      }
+      break;
+  }
+  return v;
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+// The text of a --set value → Value, by the key's kind.
+Value from_text(std::string_view where, const Key& k, std::string_view text,
+                std::string_view origin) {
+  Value v;
+  auto bad = [&]() { wrong_type(where, k, str("'", text, "'"), origin); };
+  const char* b = text.data();
+  const char* e = text.data() + text.size();
+  switch (k.kind) {
+    case Kind::integer: {
+      auto [p, ec] = std::from_chars(b, e, v.i);
+      if (ec == std::errc::result_out_of_range)
+        out_of_range(where, k, text, int_range(k).text(), origin);
+      if (ec != std::errc() || p != e || text.empty()) bad();
+      break;
+    }
+    case Kind::real: {
+      auto [p, ec] = std::from_chars(b, e, v.d);
+      if (ec != std::errc() || p != e || text.empty()) bad();
+      break;
+    }
+    case Kind::boolean:
+      if (text == "true" || text == "1") v.b = true;
+      else if (text == "false" || text == "0") v.b = false;
+      else bad();
+      break;
+    case Kind::string:
+    case Kind::choice:
+      v.s = std::string(text);
+      if (v.s.size() >= 2 && (v.s.front() == '"' || v.s.front() == '\'') && v.s.back() == v.s.front())
+        v.s = v.s.substr(1, v.s.size() - 2);
+      break;
+    case Kind::size:
+      try {
+        v.bytes = parse_bytes(text, k.full_name());
+      } catch (const Error& err) {
+        throw Error(std::string(where), str(err.what_failed(), " (", origin, ")"), err.hints());
+      }
+      break;
+    case Kind::string_list: {
+      std::string_view rest = text;
+      while (!rest.empty()) {
+        size_t comma = rest.find(',');
+        std::string_view item = trim(rest.substr(0, comma));
+        if (!item.empty()) v.list.emplace_back(item);
+        if (comma == std::string_view::npos) break;
+        rest.remove_prefix(comma + 1);
+      }
+      break;
+    }
+  }
+  return v;
+}
+
+double numeric_value(const Key& k, const Config& c) {
+  return std::visit(
+      [](auto* p) -> double {
+        using T = std::remove_pointer_t<decltype(p)>;
+        if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>)
+          return static_cast<double>(*p);
+        else return 0.0;
+      },
+      field(k, c));
+}
+
+// "1, 2, 4, 8": the divisors of n, the first `limit` of them.
+std::string divisors_text(int n, int limit = 12) {
+  std::vector<std::string> d;
+  for (int i = 1; i <= n; ++i) {
+    if (n % i != 0) continue;
+    if (static_cast<int>(d.size()) == limit) {
+      d.push_back("...");
+      break;
+    }
+    d.push_back(std::to_string(i));
+  }
+  return join(d, ", ");
+}
+
+std::string escape_cell(std::string_view s) {
+  std::string out;
+  for (char ch : s) {
+    if (ch == '|') out += "\\|";
+    else out += ch;
+  }
+  return out;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+
+void apply_override(Config& config, std::string_view assignment) {
+  constexpr std::string_view kWhere = "config::set";
+  std::string origin = str("--set ", assignment);
+  size_t eq = assignment.find('=');
+  std::string_view lhs = trim(assignment.substr(0, eq));
+  size_t dot = lhs.find('.');
+  if (eq == std::string_view::npos || dot == std::string_view::npos)
+    fail(std::string(kWhere), str("'", assignment, "' is not section.key=value"),
+         "example: --set train.lr=1e-3 --set offload.device_mem_limit=2G");
+  std::string_view section = lhs.substr(0, dot);
+  std::string_view name = lhs.substr(dot + 1);
+  if (!known_section(section)) unknown_section(kWhere, section, origin);
+  const Key* k = find_key(section, name);
+  if (!k) unknown_key(kWhere, section, name, origin);
+  store(kWhere, *k, from_text(kWhere, *k, trim(assignment.substr(eq + 1)), origin), config, origin);
+}
+
+namespace {
+
+void apply_toml(Config& config, const toml::table& root, const std::string& origin) {
+  constexpr std::string_view kWhere = "config::load";
+  for (const auto& [sec_key, node] : root) {
+    std::string_view section = sec_key.str();
+    if (!known_section(section)) {
+      if (!node.is_table())
+        fail(std::string(kWhere), str("key '", section, "' outside a section in ", origin),
+             str("put each key under its section, e.g. [train] then lr = 1e-3; sections: ",
+                 section_names()));
+      unknown_section(kWhere, section, origin);
+    }
+    if (!node.is_table())
+      fail(std::string(kWhere), str("'", section, "' must be a section ([", section, "]) in ", origin));
+    for (const auto& [key, value] : *node.as_table()) {
+      const Key* k = find_key(section, key.str());
+      if (!k) unknown_key(kWhere, section, key.str(), origin);
+      std::string where_in = origin;
+      if (const auto& src = value.source(); src.begin)
+        where_in = str(origin, ":", src.begin.line);
+      store(kWhere, *k, from_toml(kWhere, *k, value, where_in), config, where_in);
+    }
+  }
+}
+
+}  // namespace
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  Config config;
+  if (!path.empty()) {
+    std::string text = fileutil::read_file(path, "config::load");
+    toml::table root;
+    try {
+      root = toml::parse(text, path);
+    } catch (const toml::parse_error& e) {
+      const auto& at = e.source().begin;
+      fail("config::load", str(path, ":", at.line, ":", at.column, ": ", e.description()),
+           "the file must be TOML: [section] headers, then key = value lines");
+    }
+    apply_toml(config, root, path);
+  }
+  for (const std::string& o : overrides) apply_override(config, o);
+  validate(config);
+  return config;
+}
+
+void validate(const Config& c) {
+  constexpr const char* kWhere = "config::validate";
+  for (const Key& k : keys()) {
+    if (k.kind == Kind::real && !std::isfinite(numeric_value(k, c)))
+      out_of_range(kWhere, k, toml_value(k, c), "a finite number");
+    if (!k.range.bounded()) continue;
+    double v = numeric_value(k, c);
+    if (!k.range.contains(v)) {
+      std::string text = k.kind == Kind::size ? format_bytes(static_cast<uint64_t>(v))
+                                               : toml_value(k, c);
+      out_of_range(kWhere, k, text, k.range.text());
+    }
+  }
+  const ModelConfig& m = c.model;
+  if (m.dim % m.n_heads != 0)
+    fail(kWhere,
+         str("model.dim = ", m.dim, " is not divisible by model.n_heads = ", m.n_heads),
+         str("allowed model.n_heads for dim ", m.dim, ": ", divisors_text(m.dim)));
+  if (m.n_heads % m.n_kv_heads != 0)
+    fail(kWhere,
+         str("model.n_kv_heads = ", m.n_kv_heads, " does not divide model.n_heads = ", m.n_heads),
+         str("allowed model.n_kv_heads for n_heads ", m.n_heads, ": ", divisors_text(m.n_heads, 64)));
+  if (m.head_dim() % 2 != 0)
+    fail(kWhere,
+         str("head_dim = model.dim / model.n_heads = ", m.dim, " / ", m.n_heads, " = ",
+             m.head_dim(), " is odd; rotary embeddings need an even head_dim"),
+         "choose n_heads so that dim / n_heads is even");
+  if (c.data.seq_len > m.max_seq_len)
+    fail(kWhere,
+         str("data.seq_len = ", c.data.seq_len, " exceeds model.max_seq_len = ", m.max_seq_len),
+         "allowed: data.seq_len <= model.max_seq_len; raise model.max_seq_len or lower seq_len");
+  if (c.train.seed > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+    fail(kWhere, str("train.seed = ", c.train.seed, " is out of range; allowed: [0, 2^63)"),
+         "TOML integers are signed 64-bit");
+
+  const OffloadConfig& o = c.offload;
+  if (o.grads == Tier::nvme)
+    fail(kWhere, "offload.grads = \"nvme\" is not allowed: gradients never live on NVMe",
+         "allowed offload.grads: \"device\", \"host\"");
+  const std::pair<const char*, Tier> tiers[] = {
+      {"offload.params", o.params}, {"offload.grads", o.grads}, {"offload.optimizer", o.optimizer}};
+  for (const auto& [name, tier] : tiers) {
+    if (tier != Tier::device)
+      fail(kWhere,
+           str(name, " = \"", tier_name(tier),
+               "\": host and nvme placement are not available yet; allowed: \"device\""),
+           "offloading to pinned host memory or NVMe comes with the offload issue");
+  }
+  if (c.io.block_size % 4096 != 0)
+    fail(kWhere, str("io.block_size = ", c.io.block_size, " is not a multiple of 4096"),
+         "allowed: 4096, 64K, 1M, ...");
+  if (c.io.stripe_size % c.io.block_size != 0)
+    fail(kWhere,
+         str("io.stripe_size = ", format_bytes(c.io.stripe_size),
+             " is not a multiple of io.block_size = ", format_bytes(c.io.block_size)));
+
+  const ParallelConfig& p = c.parallel;
+  if (m.n_heads % p.tp != 0 || m.n_kv_heads % p.tp != 0 || m.ffn_dim % p.tp != 0)
+    fail(kWhere,
+         str("parallel.tp = ", p.tp, " must divide model.n_heads = ", m.n_heads,
+             ", model.n_kv_heads = ", m.n_kv_heads, " and model.ffn_dim = ", m.ffn_dim),
+         str("allowed parallel.tp: divisors of n_kv_heads ", m.n_kv_heads, ": ",
+             divisors_text(m.n_kv_heads)));
+  if (p.pp > m.n_layers + 2)
+    fail(kWhere,
+         str("parallel.pp = ", p.pp, " exceeds the model's ", m.n_layers + 2,
+             " units (embedding, ", m.n_layers, " blocks, head)"),
+         str("allowed: parallel.pp <= model.n_layers + 2 = ", m.n_layers + 2));
+}
+
+std::string config_to_toml(const Config& c) {
+  std::string out = "# strata configuration (`strata config --markdown` documents every key)\n";
+  for (const Section& s : sections()) {
+    out += str("\n[", s.name, "]  # ", s.meaning, "\n");
+    std::vector<std::pair<std::string, std::string>> lines;
+    size_t width = 0;
+    for (const Key& k : keys()) {
+      if (k.section != s.name) continue;
+      std::string line = str(k.name, " = ", toml_value(k, c));
+      width = std::max(width, line.size());
+      lines.emplace_back(std::move(line), std::string(k.meaning));
+    }
+    for (auto& [line, meaning] : lines)
+      out += str(line, std::string(width - line.size() + 2, ' '), "# ", meaning, "\n");
+  }
+  return out;
+}
+
+nlohmann::json config_to_json(const Config& c) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const Section& s : sections()) j[std::string(s.name)] = nlohmann::json::object();
+  for (const Key& k : keys()) j[std::string(k.section)][std::string(k.name)] = json_value(k, c);
+  return j;
+}
+
+std::string config_reference_markdown() {
+  const Config defaults;
+  std::string out;
+  out += "# Configuration reference\n\n";
+  out += "<!-- Generated by `strata config --markdown` from the schema in engine/config.cpp; "
+         "do not edit by hand. A unit test fails when this file is out of date. -->\n\n";
+  out += "A run's configuration starts from the defaults below (what `strata train` with no "
+         "arguments runs), then a TOML file (`--config FILE`), then each `--set section.key=value` "
+         "override, in that order. `strata config [--config FILE] [--set k=v]...` prints the "
+         "effective configuration as TOML.\n\n";
+  out += "- Unknown sections or keys, values of the wrong type, values out of range and "
+         "impossible combinations are errors that name the key and what is allowed.\n";
+  out += "- Sizes are bytes: a plain integer, or a string with a binary suffix: `\"512M\"`, "
+         "`\"2G\"`, `\"1.5T\"` (K = 1024).\n";
+  out += "- In `--set`, a value is parsed by the key's type: `--set train.lr=1e-3`, "
+         "`--set offload.device_mem_limit=2G`, `--set offload.nvme_path=/mnt/a,/mnt/b`.\n\n";
+  out += "Example:\n\n```toml\n[model]\ndim = 512\nn_layers = 8\n\n[data]\npath = "
+         "\"tokens.bin\"\nseq_len = 256\n\n[train]\nlr = 1e-3\nprecision = \"bf16\"\n\n"
+         "[offload]\ndevice_mem_limit = \"2G\"\n```\n";
+  for (const Section& s : sections()) {
+    out += str("\n## [", s.name, "] — ", s.meaning, "\n\n");
+    out += "| key | type | default | allowed | meaning |\n";
+    out += "|---|---|---|---|---|\n";
+    for (const Key& k : keys()) {
+      if (k.section != s.name) continue;
+      std::string allowed = k.kind == Kind::choice ? quoted_list(k.choices, ", ")
+                            : k.kind == Kind::size && k.range.bounded()
+                                ? str(">= ", format_bytes(static_cast<uint64_t>(k.range.lo)))
+                                : k.range.text();
+      out += str("| `", k.name, "` | ", type_text(k), " | `", escape_cell(toml_value(k, defaults)),
+                 "` | ", escape_cell(allowed), " | ", escape_cell(k.meaning), " |\n");
+    }
+  }
+  out += "\n## Rules between keys\n\n";
+  out += "- `model.n_heads` divides `model.dim`, and `model.dim / model.n_heads` (the head "
+         "size) is even (rotary embeddings rotate pairs).\n";
+  out += "- `model.n_kv_heads` divides `model.n_heads` (grouped-query attention).\n";
+  out += "- `data.seq_len <= model.max_seq_len`.\n";
+  out += "- Raw text files and the built-in tasks are bytes: they need `model.vocab_size >= 256`; "
+         "every token of a token file must be below `model.vocab_size`.\n";
+  out += "- `offload.params`, `offload.grads` and `offload.optimizer` accept only `\"device\"` "
+         "until host and NVMe offload land; `offload.grads` can never be `\"nvme\"`.\n";
+  out += "- A `data.path` ending in `.bin` must be an llm.c token file (magic 20240520); any "
+         "other file is a token file when it starts with that magic, else raw bytes.\n";
+  out += "- `io.block_size` is a multiple of 4096 and `io.stripe_size` a multiple of "
+         "`io.block_size`.\n";
+  out += "- `parallel.tp` divides `model.n_heads`, `model.n_kv_heads` and `model.ffn_dim`; "
+         "`parallel.pp <= model.n_layers + 2`.\n";
+  out += "- `train.seed` is below 2^63 (TOML integers are signed).\n";
+  return out;
+}
+
+}  // namespace strata

@@ -54,6 +54,7 @@ struct TrainConfig {
   Schedule schedule = Schedule::cosine;
   float min_lr_ratio = 0.1f;  // cosine decays to lr * min_lr_ratio at the last step
   float weight_decay = 0.1f;
+  bool decay_norms = false;   // apply weight decay to RMSNorm weights too (torch.optim.AdamW on all)
   float beta1 = 0.9f;
   float beta2 = 0.95f;
   float eps = 1e-8f;

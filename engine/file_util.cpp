@@ -1,0 +1,171 @@
+// engine/file_util.cpp — MappedFile, AtomicFile and shortest float text.
+#include "engine/file_util.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <filesystem>
+#include <utility>
+
+#include "core/error.h"
+
+namespace strata::fileutil {
+namespace {
+
+std::string errno_string(int err) { return detail::errno_text(err); }
+
+// Closes fd if open (destructor path: errors are not reportable there).
+void close_fd(int& fd) noexcept {
+  if (fd >= 0) ::close(fd);
+  fd = -1;
+}
+
+void fsync_dir_of(const std::string& path) noexcept {
+  std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  if (dir.empty()) dir = ".";
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;  // best effort: the rename itself already succeeded
+  ::fsync(fd);
+  ::close(fd);
+}
+
+}  // namespace
+
+MappedFile::MappedFile(const std::string& path, std::string_view where) : path_(path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    int err = errno;
+    fail(std::string(where), str(path, ": cannot open: ", errno_string(err)),
+         err == ENOENT ? "check the path (relative paths start at the working directory)" : "");
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    int err = errno;
+    ::close(fd);
+    fail(std::string(where), str(path, ": cannot stat: ", errno_string(err)));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    fail(std::string(where), str(path, ": not a regular file"));
+  }
+  size_ = static_cast<uint64_t>(st.st_size);
+  if (size_ > 0) {
+    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
+      int err = errno;
+      ::close(fd);
+      fail(std::string(where), str(path, ": cannot mmap ", size_, " bytes: ", errno_string(err)));
+    }
+    data_ = static_cast<const uint8_t*>(p);
+  }
+  ::close(fd);  // the mapping stays valid
+}
+
+MappedFile::~MappedFile() { release(); }
+
+MappedFile::MappedFile(MappedFile&& o) noexcept
+    : path_(std::move(o.path_)), data_(std::exchange(o.data_, nullptr)),
+      size_(std::exchange(o.size_, 0)) {}
+
+MappedFile& MappedFile::operator=(MappedFile&& o) noexcept {
+  if (this != &o) {
+    release();
+    path_ = std::move(o.path_);
+    data_ = std::exchange(o.data_, nullptr);
+    size_ = std::exchange(o.size_, 0);
+  }
+  return *this;
+}
+
+void MappedFile::release() noexcept {
+  if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
+  data_ = nullptr;
+  size_ = 0;
+}
+
+AtomicFile::AtomicFile(const std::string& path, std::string_view where)
+    : path_(path), tmp_path_(path + ".tmp"), where_(where) {
+  fd_ = ::open(tmp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) {
+    int err = errno;
+    fail(where_, str(tmp_path_, ": cannot create: ", errno_string(err)),
+         err == ENOENT ? "the directory must exist" : "");
+  }
+}
+
+AtomicFile::~AtomicFile() {
+  close_fd(fd_);
+  if (!committed_) ::unlink(tmp_path_.c_str());
+}
+
+void AtomicFile::write(const void* data, size_t bytes) {
+  STRATA_CHECK(fd_ >= 0 && !committed_, "fileutil::write", "write after commit of ", path_);
+  const char* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    ssize_t n = ::write(fd_, p, bytes);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      int err = errno;
+      fail(where_, str(tmp_path_, ": write of ", bytes, " bytes failed: ", errno_string(err)),
+           err == ENOSPC ? "the file system is full" : "");
+    }
+    p += n;
+    bytes -= static_cast<size_t>(n);
+  }
+}
+
+void AtomicFile::commit() {
+  STRATA_CHECK(fd_ >= 0 && !committed_, "fileutil::commit", "commit twice of ", path_);
+  if (::fsync(fd_) != 0) {
+    int err = errno;
+    fail(where_, str(tmp_path_, ": fsync failed: ", errno_string(err)));
+  }
+  int rc = ::close(fd_);
+  fd_ = -1;
+  if (rc != 0) {
+    int err = errno;
+    fail(where_, str(tmp_path_, ": close failed: ", errno_string(err)));
+  }
+  if (::rename(tmp_path_.c_str(), path_.c_str()) != 0) {
+    int err = errno;
+    fail(where_, str("rename ", tmp_path_, " -> ", path_, " failed: ", errno_string(err)));
+  }
+  committed_ = true;
+  fsync_dir_of(path_);
+}
+
+void write_file_atomic(const std::string& path, std::string_view bytes, std::string_view where) {
+  AtomicFile f(path, where);
+  f.write(bytes.data(), bytes.size());
+  f.commit();
+}
+
+std::string read_file(const std::string& path, std::string_view where) {
+  MappedFile m(path, where);
+  return std::string(reinterpret_cast<const char*>(m.data()), m.size());
+}
+
+std::string float_text(float v) {
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::general);
+  return std::string(buf, ec == std::errc() ? end : buf);
+}
+
+std::string double_text(double v) {
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::general);
+  return std::string(buf, ec == std::errc() ? end : buf);
+}
+
+double float_as_decimal(float v) {
+  std::string s = float_text(v);
+  double d = static_cast<double>(v);
+  std::from_chars(s.data(), s.data() + s.size(), d);  // inf/nan parse too; else keep the cast
+  return d;
+}
+
+}  // namespace strata::fileutil

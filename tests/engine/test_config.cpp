@@ -1,0 +1,271 @@
+// Config: defaults, TOML files, --set overrides, every bad-input class of issue 2 item 9 (each
+// message must name the key), printing round trips, and docs/config.md kept in sync.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "engine/config.h"
+#include "tests/engine/test_util.h"
+
+using namespace strata;
+using strata::test::read_bytes;
+using strata::test::scratch_dir;
+using strata::test::write_bytes;
+
+namespace {
+
+// Loads a config from TOML text written to a scratch file.
+Config load_text(const std::string& toml, const std::vector<std::string>& overrides = {}) {
+  std::string path = scratch_dir() + "/run.toml";
+  write_bytes(path, toml);
+  return load_config(path, overrides);
+}
+
+}  // namespace
+
+TEST(Config, DefaultsValidate) {
+  Config c;
+  EXPECT_NO_THROW(validate(c));
+  Config loaded = load_config("", {});
+  EXPECT_EQ(config_to_toml(loaded), config_to_toml(c));
+  EXPECT_EQ(c.data.path, "builtin:words");
+}
+
+TEST(Config, ParsesTomlFile) {
+  Config c = load_text(R"(
+[model]
+dim = 512
+n_layers = 8
+n_heads = 8
+n_kv_heads = 2
+tie_embeddings = true
+rope_theta = 500000      # an integer where a float is expected is fine
+[data]
+path = "tokens.bin"
+seq_len = 256
+shuffle = true
+[train]
+lr = 1e-3
+schedule = "constant"
+precision = "bf16"
+seed = 7
+[offload]
+device_mem_limit = "2G"
+pinned_mem_limit = 4096
+nvme_path = ["/mnt/a", "/mnt/b"]
+[io]
+backend = "posix"
+block_size = "64K"
+stripe_size = "1M"
+)");
+  EXPECT_EQ(c.model.dim, 512);
+  EXPECT_EQ(c.model.n_layers, 8);
+  EXPECT_EQ(c.model.n_kv_heads, 2);
+  EXPECT_TRUE(c.model.tie_embeddings);
+  EXPECT_EQ(c.model.rope_theta, 500000.0f);
+  EXPECT_EQ(c.data.path, "tokens.bin");
+  EXPECT_EQ(c.data.seq_len, 256);
+  EXPECT_TRUE(c.data.shuffle);
+  EXPECT_EQ(c.train.lr, 1e-3f);
+  EXPECT_EQ(c.train.schedule, Schedule::constant);
+  EXPECT_EQ(c.train.precision, Precision::bf16);
+  EXPECT_EQ(c.train.seed, 7u);
+  EXPECT_EQ(c.offload.device_mem_limit, 2ull << 30);
+  EXPECT_EQ(c.offload.pinned_mem_limit, 4096u);
+  EXPECT_EQ(c.offload.nvme_path, (std::vector<std::string>{"/mnt/a", "/mnt/b"}));
+  EXPECT_EQ(c.io.backend, "posix");
+  EXPECT_EQ(c.io.block_size, 64u << 10);
+  // Untouched keys keep their defaults.
+  EXPECT_EQ(c.model.ffn_dim, Config{}.model.ffn_dim);
+  EXPECT_EQ(c.train.steps, Config{}.train.steps);
+}
+
+TEST(Config, UnknownKeyNamesItAndListsTheSection) {
+  EXPECT_ERROR_HAS(load_text("[model]\ndimm = 3\n"), "model.dimm", "run.toml",
+                   "did you mean 'dim'", "keys of [model]:", "n_kv_heads");
+  EXPECT_ERROR_HAS(load_text("[modle]\ndim = 3\n"), "unknown section [modle]",
+                   "did you mean 'model'", "sections: model, data, train");
+  EXPECT_ERROR_HAS(load_text("dim = 3\n"), "'dim' outside a section");
+  EXPECT_ERROR_HAS(load_text("[train.extra]\nx = 1\n"), "unknown key 'train.extra'");
+}
+
+TEST(Config, WrongTypeNamesKeyExpectedTypeAndValue) {
+  EXPECT_ERROR_HAS(load_text("[model]\ndim = \"big\"\n"), "model.dim", "expected an integer",
+                   "string 'big'", "run.toml:2");
+  EXPECT_ERROR_HAS(load_text("[model]\ndim = 3.5\n"), "model.dim", "expected an integer", "3.5");
+  EXPECT_ERROR_HAS(load_text("[data]\nshuffle = 1\n"), "data.shuffle", "true or false");
+  EXPECT_ERROR_HAS(load_text("[train]\nlr = \"fast\"\n"), "train.lr", "a number");
+  EXPECT_ERROR_HAS(load_text("[offload]\nnvme_path = \"/mnt/a\"\n"), "offload.nvme_path",
+                   "array of strings");
+  EXPECT_ERROR_HAS(load_text("[offload]\nnvme_path = [\"/a\", 3]\n"), "offload.nvme_path");
+  EXPECT_ERROR_HAS(load_text("[offload]\ndevice_mem_limit = \"2X\"\n"),
+                   "offload.device_mem_limit", "2X");
+  EXPECT_ERROR_HAS(load_text("[offload]\ndevice_mem_limit = true\n"), "offload.device_mem_limit",
+                   "a size");
+  EXPECT_ERROR_HAS(load_text("[model]\ndim = 99999999999\n"), "model.dim", "out of range");
+}
+
+TEST(Config, OutOfRangeNamesTheAllowedRange) {
+  EXPECT_ERROR_HAS(load_text("[model]\ndim = 0\n"), "model.dim = 0", "allowed: >= 1");
+  EXPECT_ERROR_HAS(load_text("[train]\nbeta1 = 1.0\n"), "train.beta1", "allowed: [0, 1)");
+  EXPECT_ERROR_HAS(load_text("[train]\nlr = 0\n"), "train.lr", "allowed: > 0");
+  EXPECT_ERROR_HAS(load_text("[train]\nlr = nan\n"), "train.lr");
+  EXPECT_ERROR_HAS(load_text("[train]\ngrad_accum = 0\n"), "train.grad_accum", ">= 1");
+  EXPECT_ERROR_HAS(load_text("[data]\nmicro_batch = -2\n"), "data.micro_batch", ">= 1");
+  EXPECT_ERROR_HAS(load_text("[io]\nblock_size = 1000\n"), "io.block_size", ">= 4096");
+  EXPECT_ERROR_HAS(load_text("[io]\nblock_size = 6000\n"), "io.block_size", "multiple of 4096");
+  EXPECT_ERROR_HAS(load_text("[train]\nseed = -1\n"), "train.seed");
+}
+
+TEST(Config, ImpossibleShapesNameBothKeys) {
+  EXPECT_ERROR_HAS(load_text("[model]\ndim = 250\nn_heads = 8\n"), "model.dim = 250",
+                   "model.n_heads = 8", "allowed model.n_heads");
+  EXPECT_ERROR_HAS(load_text("[model]\nn_heads = 8\nn_kv_heads = 3\n"), "model.n_kv_heads = 3",
+                   "model.n_heads = 8", "allowed model.n_kv_heads for n_heads 8: 1, 2, 4, 8");
+  EXPECT_ERROR_HAS(load_text("[model]\ndim = 24\nn_heads = 8\nn_kv_heads = 8\n"), "head_dim",
+                   "is odd", "even");
+  EXPECT_ERROR_HAS(load_text("[model]\nmax_seq_len = 64\n[data]\nseq_len = 128\n"),
+                   "data.seq_len = 128", "model.max_seq_len = 64");
+  EXPECT_ERROR_HAS(load_text("[parallel]\ntp = 3\n"), "parallel.tp = 3", "model.n_heads");
+}
+
+TEST(Config, BadEnumValueListsTheChoices) {
+  EXPECT_ERROR_HAS(load_text("[train]\nschedule = \"linear\"\n"), "train.schedule", "\"linear\"",
+                   "\"constant\", \"cosine\"");
+  EXPECT_ERROR_HAS(load_text("[train]\nprecision = \"fp16\"\n"), "train.precision",
+                   "\"fp32\", \"bf16\"");
+  EXPECT_ERROR_HAS(load_text("[train]\ndevice = \"tpu\"\n"), "train.device",
+                   "\"cpu\", \"cuda\", \"auto\"");
+  EXPECT_ERROR_HAS(load_text("[io]\nbackend = \"aio\"\n"), "io.backend", "\"uring\"");
+  EXPECT_ERROR_HAS(load_text("[offload]\nparams = \"disk\"\n"), "offload.params",
+                   "\"device\", \"host\", \"nvme\"");
+}
+
+TEST(Config, OffloadTiersOnlyDeviceForNow) {
+  EXPECT_ERROR_HAS(load_text("[offload]\nparams = \"host\"\n"), "offload.params = \"host\"",
+                   "not available yet", "allowed: \"device\"");
+  EXPECT_ERROR_HAS(load_text("[offload]\noptimizer = \"nvme\"\n"), "offload.optimizer",
+                   "not available yet");
+  EXPECT_ERROR_HAS(load_text("[offload]\ngrads = \"nvme\"\n"), "offload.grads", "never");
+}
+
+TEST(Config, OverridesParseByKeyType) {
+  Config c = load_text("[model]\ndim = 512\n",
+                       {"model.dim=384", "model.n_heads = 6", "model.n_kv_heads=3",
+                        "train.lr=2.5e-4", "data.shuffle=true", "offload.device_mem_limit=1.5G",
+                        "train.schedule=constant", "offload.nvme_path=/mnt/a, /mnt/b,",
+                        "data.path=\"my file.txt\"", "log.metrics=out/metrics.jsonl",
+                        "train.seed=18446744073709551"});
+  EXPECT_EQ(c.model.dim, 384);  // --set wins over the file
+  EXPECT_EQ(c.model.n_heads, 6);
+  EXPECT_EQ(c.train.lr, 2.5e-4f);
+  EXPECT_TRUE(c.data.shuffle);
+  EXPECT_EQ(c.offload.device_mem_limit, 3ull << 29);
+  EXPECT_EQ(c.train.schedule, Schedule::constant);
+  EXPECT_EQ(c.offload.nvme_path, (std::vector<std::string>{"/mnt/a", "/mnt/b"}));
+  EXPECT_EQ(c.data.path, "my file.txt");
+  EXPECT_EQ(c.log.metrics, "out/metrics.jsonl");
+  EXPECT_EQ(c.train.seed, 18446744073709551ull);
+
+  Config d;
+  EXPECT_ERROR_HAS(apply_override(d, "model.dim"), "not section.key=value");
+  EXPECT_ERROR_HAS(apply_override(d, "dim=3"), "not section.key=value");
+  EXPECT_ERROR_HAS(apply_override(d, "model.dimm=3"), "model.dimm", "--set model.dimm=3",
+                   "did you mean 'dim'");
+  EXPECT_ERROR_HAS(apply_override(d, "modl.dim=3"), "unknown section [modl]");
+  EXPECT_ERROR_HAS(apply_override(d, "model.dim=abc"), "model.dim", "expected an integer", "'abc'");
+  EXPECT_ERROR_HAS(apply_override(d, "model.dim=3.0"), "model.dim", "expected an integer");
+  EXPECT_ERROR_HAS(apply_override(d, "data.shuffle=yes"), "data.shuffle", "true or false");
+  EXPECT_ERROR_HAS(apply_override(d, "offload.device_mem_limit=2X"), "offload.device_mem_limit",
+                   "2X");
+  EXPECT_ERROR_HAS(apply_override(d, "train.precision=fp8"), "train.precision", "\"fp32\"");
+  EXPECT_ERROR_HAS(apply_override(d, "model.dim=99999999999"), "model.dim", "out of range");
+  EXPECT_ERROR_HAS(load_config("", {"model.n_kv_heads=5"}), "model.n_kv_heads = 5");
+}
+
+TEST(Config, TomlRoundTrip) {
+  Config c;
+  c.model.dim = 384;
+  c.model.n_heads = 6;
+  c.model.n_kv_heads = 2;
+  c.model.norm_eps = 1e-6f;
+  c.model.rope_theta = 500000.0f;
+  c.model.init_std = 0.0123456789f;
+  c.model.tie_embeddings = true;
+  c.data.path = "dir with \"quotes\"\\and\tstuff.txt";
+  c.data.shuffle = true;
+  c.train.lr = 3e-4f;
+  c.train.beta2 = 0.999f;
+  c.train.eps = 1e-12f;
+  c.train.schedule = Schedule::constant;
+  c.train.precision = Precision::bf16;
+  c.train.seed = 9007199254740993ull;  // not representable as a double
+  c.train.device = "auto";
+  c.log.peak_flops = 1.23456789e14;
+  c.offload.device_mem_limit = 12345;          // not a round size: printed as an integer
+  c.offload.pinned_mem_limit = 3ull << 29;     // 1.5G
+  c.offload.nvme_path = {"/mnt/nvme0", "/mnt/nvme1"};
+  c.io.backend = "uring";
+  std::string toml = config_to_toml(c);
+  Config back = load_text(toml);
+  EXPECT_EQ(config_to_toml(back), toml);
+  EXPECT_EQ(std::bit_cast<uint32_t>(back.model.init_std), std::bit_cast<uint32_t>(c.model.init_std));
+  EXPECT_EQ(std::bit_cast<uint32_t>(back.train.eps), std::bit_cast<uint32_t>(c.train.eps));
+  EXPECT_EQ(back.model.norm_eps, c.model.norm_eps);
+  EXPECT_EQ(back.data.path, c.data.path);
+  EXPECT_EQ(back.train.seed, c.train.seed);
+  EXPECT_EQ(back.log.peak_flops, c.log.peak_flops);
+  EXPECT_EQ(back.offload.device_mem_limit, 12345u);
+  EXPECT_EQ(back.offload.pinned_mem_limit, 3ull << 29);
+  EXPECT_EQ(back.offload.nvme_path, c.offload.nvme_path);
+  EXPECT_EQ(back.train.precision, Precision::bf16);
+  EXPECT_NE(toml.find("lr = 0.0003"), std::string::npos) << toml;
+  EXPECT_NE(toml.find("pinned_mem_limit = \"1.5G\""), std::string::npos) << toml;
+}
+
+TEST(Config, Json) {
+  Config c;
+  c.train.lr = 3e-4f;
+  c.offload.device_mem_limit = 2ull << 30;
+  nlohmann::json j = config_to_json(c);
+  EXPECT_EQ(j["train"]["lr"].get<double>(), 0.0003);  // the float's shortest decimal
+  EXPECT_EQ(j["model"]["dim"], 256);
+  EXPECT_EQ(j["train"]["schedule"], "cosine");
+  EXPECT_EQ(j["offload"]["params"], "device");
+  EXPECT_EQ(j["offload"]["device_mem_limit"].get<uint64_t>(), 2ull << 30);
+  EXPECT_TRUE(j["offload"]["nvme_path"].is_array());
+  for (const char* s : {"model", "data", "train", "eval", "log", "offload", "zero", "parallel", "io"})
+    EXPECT_TRUE(j.contains(s)) << s;
+}
+
+TEST(Config, SyntaxErrorsAndMissingFiles) {
+  EXPECT_ERROR_HAS(load_text("[model\ndim = 3\n"), "run.toml:1:");
+  EXPECT_ERROR_HAS(load_config("/nonexistent/strata.toml", {}), "/nonexistent/strata.toml",
+                   "cannot open");
+}
+
+TEST(Config, ReferenceDocumentsEveryKey) {
+  std::string md = config_reference_markdown();
+  nlohmann::json j = config_to_json(Config{});
+  for (auto& [section, keys] : j.items()) {
+    EXPECT_NE(md.find("## [" + section + "]"), std::string::npos) << section;
+    for (auto& [key, value] : keys.items())
+      EXPECT_NE(md.find("| `" + key + "` |"), std::string::npos) << section << "." << key;
+  }
+}
+
+// docs/config.md is generated; this fails when the schema changed and the doc was not
+// regenerated. The fresh text is left in the test's scratch directory.
+TEST(Config, DocsConfigMdIsUpToDate) {
+  const std::string doc_path = std::string(STRATA_SOURCE_DIR) + "/docs/config.md";
+  const std::string expected = config_reference_markdown();
+  const std::string fresh = scratch_dir() + "/config.md";
+  write_bytes(fresh, expected);
+  ASSERT_TRUE(std::filesystem::exists(doc_path)) << doc_path << " is missing";
+  EXPECT_TRUE(read_bytes(doc_path) == expected)
+      << doc_path << " is out of date; regenerate it with\n"
+      << "  strata config --markdown > docs/config.md\n"
+      << "or copy " << fresh;
+}
