@@ -1,5 +1,35 @@
-// placeholder: registers nothing yet
+// apps/strata/cmd_eval.cpp — `strata eval`: the mean loss of a model over eval.batches
+// micro-batches; the last line on stdout is a JSON object with eval_loss.
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
 #include "apps/strata/commands.h"
+#include "apps/strata/common.h"
+#include "engine/trainer.h"
+
 namespace strata::app {
-void register_eval(CLI::App&) {}
+
+void register_eval(CLI::App& app) {
+  auto args = std::make_shared<ConfigArgs>();
+  CLI::App* cmd = app.add_subcommand("eval", "evaluate a model's loss on eval.batches micro-batches");
+  add_config_options(*cmd, *args);
+  cmd->callback([args] {
+    Config cfg = load(*args);
+    auto world = make_world();
+    TrainerOptions opt;
+    opt.init_from = args->init_from;
+    opt.progress = false;
+    Trainer trainer(cfg, *world, opt);
+    double loss = trainer.evaluate();
+    if (world->rank() != 0) return;
+    nlohmann::json j = {{"eval_loss", loss},
+                        {"batches", cfg.eval.batches},
+                        {"tokens", int64_t(cfg.eval.batches) * cfg.data.micro_batch * cfg.data.seq_len},
+                        {"data", cfg.eval.path.empty() ? cfg.data.path : cfg.eval.path},
+                        {"params", trainer.num_params()}};
+    std::printf("%s\n", j.dump().c_str());
+  });
+}
+
 }  // namespace strata::app

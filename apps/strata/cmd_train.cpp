@@ -1,5 +1,70 @@
-// placeholder: registers nothing yet
+// apps/strata/cmd_train.cpp — `strata train`: run the training loop on the config (the built-in
+// default when no arguments are given), print a summary, optionally write the final weights.
+#include <cstdio>
+#include <filesystem>
+
 #include "apps/strata/commands.h"
+#include "apps/strata/common.h"
+#include "bench/gemm_bench.h"
+#include "core/dtype.h"
+#include "core/log.h"
+#include "core/size.h"
+#include "engine/trainer.h"
+
 namespace strata::app {
-void register_train(CLI::App&) {}
+namespace {
+
+struct TrainArgs {
+  ConfigArgs config;
+  std::string out;
+  std::string out_dtype = "f32";
+};
+
+void run_train(const TrainArgs& a) {
+  Config cfg = load(a.config);
+  auto world = make_world();
+  TrainerOptions opt;
+  opt.init_from = a.config.init_from;
+  opt.peak_flops = cfg.log.peak_flops;
+  if (opt.peak_flops <= 0) opt.peak_flops = measure_gemm_flops(0.3);
+  if (!a.out.empty()) parse_dtype(a.out_dtype);  // fail before training, not after
+  Trainer trainer(cfg, *world, opt);
+  const bool lead = world->rank() == 0;
+  if (lead) {
+    std::printf("strata train: %lld parameters (%d layers, dim %d, %d heads / %d kv), data %s, "
+                "batch %d x %d x %d accum x %d ranks, %d steps, %s\n",
+                (long long)trainer.num_params(), cfg.model.n_layers, cfg.model.dim,
+                cfg.model.n_heads, cfg.model.n_kv_heads, cfg.data.path.c_str(), cfg.data.micro_batch,
+                cfg.data.seq_len, cfg.train.grad_accum, world->size(), cfg.train.steps,
+                std::string(precision_name(cfg.train.precision)).c_str());
+    std::printf("MFU is measured against %.1f GFLOP/s (f32 GEMM%s)\n", opt.peak_flops / 1e9,
+                cfg.log.peak_flops > 0 ? ", log.peak_flops" : ", measured now");
+    std::fflush(stdout);
+  }
+  TrainSummary s = trainer.train();
+  if (!a.out.empty()) {
+    std::filesystem::create_directories(a.out);
+    trainer.save(a.out, a.out_dtype);
+  }
+  if (!lead) return;
+  std::printf("done: %d steps in %.1f s | loss %.4f -> %.4f", int(s.losses.size()), s.seconds,
+              s.losses.empty() ? 0.0 : s.losses.front(), s.losses.empty() ? 0.0 : s.losses.back());
+  if (s.eval_loss >= 0) std::printf(" | eval loss %.4f", s.eval_loss);
+  std::printf("\n      %.0f tokens/s | MFU %.1f%% | device peak %s | host peak RSS %s\n",
+              s.tokens_per_s, 100.0 * s.mfu, format_bytes(s.device_peak_bytes).c_str(),
+              format_bytes(s.host_peak_rss_bytes).c_str());
+  if (!a.out.empty()) std::printf("      weights written to %s\n", a.out.c_str());
+}
+
+}  // namespace
+
+void register_train(CLI::App& app) {
+  auto args = std::make_shared<TrainArgs>();
+  CLI::App* cmd = app.add_subcommand("train", "train a model (no arguments: the built-in default)");
+  add_config_options(*cmd, args->config);
+  cmd->add_option("--out,-o", args->out, "write the final weights (Hugging Face safetensors + config.json) here");
+  cmd->add_option("--out-dtype", args->out_dtype, "dtype of the written weights: f32, bf16 or f16");
+  cmd->callback([args] { run_train(*args); });
+}
+
 }  // namespace strata::app

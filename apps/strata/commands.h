@@ -13,5 +13,6 @@ void register_config(CLI::App& app);
 void register_bench_gemm(CLI::App& bench);
 void register_bench_io(CLI::App& bench);
 void register_bench_adam(CLI::App& bench);
+void register_bench_train(CLI::App& bench);
 
 }  // namespace strata::app

@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   strata::app::register_bench_gemm(*bench);
   strata::app::register_bench_io(*bench);
   strata::app::register_bench_adam(*bench);
+  strata::app::register_bench_train(*bench);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,13 @@
+// engine/comm_mpi.h — the MPI backend's entry point (implemented by comm_mpi.cpp when MPI is
+// built, by no_mpi.cpp otherwise). Plain C++: no MPI header here.
+#pragma once
+
+#include <memory>
+
+#include "engine/comm.h"
+
+namespace strata {
+
+std::unique_ptr<Communicator> make_mpi_world();
+
+}  // namespace strata

@@ -1,0 +1,37 @@
+// engine/mesh.cpp — make_mesh.
+#include "engine/mesh.h"
+
+#include "core/error.h"
+
+namespace strata {
+
+Mesh make_mesh(Communicator& world, int dp, int tp, int pp) {
+  const int n = world.size();
+  if (tp < 1 || pp < 1 || dp < 0)
+    fail("mesh::make", str("parallel sizes must be positive: dp ", dp, ", tp ", tp, ", pp ", pp));
+  if (dp == 0) {
+    if (n % (tp * pp) != 0)
+      fail("mesh::make", str(n, " ranks are not divisible by tp × pp = ", tp * pp),
+           "launch a multiple of parallel.tp × parallel.pp ranks");
+    dp = n / (tp * pp);
+  }
+  if (dp * tp * pp != n)
+    fail("mesh::make", str("parallel.dp × tp × pp = ", dp, " × ", tp, " × ", pp, " = ", dp * tp * pp,
+                           " but the run has ", n, " ranks"),
+         "set parallel.dp = 0 to use every rank, or launch dp × tp × pp ranks");
+  Mesh m;
+  m.pp = pp;
+  m.dp = dp;
+  m.tp = tp;
+  m.world = &world;
+  const int r = world.rank();
+  m.tp_index = r % tp;
+  m.dp_index = (r / tp) % dp;
+  m.pp_index = r / (tp * dp);
+  m.dp_comm = world.split(m.pp_index * tp + m.tp_index, m.dp_index);
+  m.tp_comm = world.split(m.pp_index * dp + m.dp_index, m.tp_index);
+  m.pp_comm = world.split(m.dp_index * tp + m.tp_index, m.pp_index);
+  return m;
+}
+
+}  // namespace strata

@@ -1,0 +1,128 @@
+// engine/model.h — the Llama-style decoder (Hugging Face LlamaForCausalLM names and semantics)
+// split into units: the embedding, each decoder block, and the final norm with the output head.
+//
+// LlamaModel is pure description: the units, their flat parameter layouts, the initial values
+// (a pure function of seed, parameter name and element index, so any rank can initialize any
+// slice), parameter and FLOP counts. ModelRunner executes units on a device: it owns the
+// activations of one micro-batch and runs each unit's forward or backward on a stream, given the
+// unit's gathered parameters. It does not own parameters, gradients or optimizer state (the ZeRO
+// engine does) and never synchronizes with the host.
+//
+// Within a block the flat layout keeps q, k, v adjacent (one (QKV, C) GEMM) and gate, up
+// adjacent (one (2F, C) GEMM); names and shapes are still Hugging Face's.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/config.h"
+#include "engine/flat_param.h"
+#include "kernels/device.h"
+
+namespace strata {
+
+enum class UnitKind { embedding, block, head };
+
+struct UnitSpec {
+  UnitKind kind = UnitKind::block;
+  int layer = -1;     // block index, -1 otherwise
+  std::string name;   // "embedding", "block.3", "head"
+  FlatLayout layout;
+};
+
+class LlamaModel {
+ public:
+  explicit LlamaModel(const ModelConfig& config, int dp = 1);
+
+  const ModelConfig& config() const { return cfg_; }
+  int num_units() const { return static_cast<int>(units_.size()); }
+  const UnitSpec& unit(int u) const { return units_.at(static_cast<size_t>(u)); }
+  const std::vector<UnitSpec>& units() const { return units_; }
+  bool tied() const { return cfg_.tie_embeddings; }
+
+  int64_t num_params() const;              // every parameter once (tied counted once)
+  // Training FLOPs per token (forward + backward) at sequence length T: 6 × (matmul weights)
+  // + 6 × n_layers × T × dim for causal attention (scores and values, fwd + 2 × bwd).
+  double train_flops_per_token(int T) const;
+
+  // Initial values of flat elements [begin, begin + count) of unit u (padding is zero):
+  // norm weights 1, everything else normal(0, init_std) from a counter-based generator keyed by
+  // (seed, parameter name, element index).
+  void init_values(int u, uint64_t seed, size_t begin, size_t count, float* out) const;
+
+ private:
+  ModelConfig cfg_;
+  std::vector<UnitSpec> units_;
+};
+
+// Device memory the runner allocates for a micro-batch of B × T tokens.
+uint64_t activation_bytes(const ModelConfig& cfg, int B, int T, bool checkpointing);
+
+class ModelRunner {
+ public:
+  // max_heads: how many head forwards (micro-batches) may run between reset_loss() calls.
+  ModelRunner(const LlamaModel& model, Device& device, int B, int T, bool checkpointing,
+              int max_heads = 1);
+  ~ModelRunner();
+  ModelRunner(const ModelRunner&) = delete;
+  ModelRunner& operator=(const ModelRunner&) = delete;
+
+  int batch() const { return B_; }
+  int seq_len() const { return T_; }
+
+  // Copies a micro-batch (B × T inputs and targets, host memory that must stay valid until the
+  // stream has run the copy) into the runner's device buffers.
+  void load_batch(Stream& s, const int32_t* inputs, const int32_t* targets);
+
+  // Forward of unit u with its gathered parameters (f32, the unit's flat layout). The head also
+  // reads the embedding's parameters when embeddings are tied (`embedding_params`), computes the
+  // per-token losses and writes their sum (a double) into the next loss slot.
+  void forward(Stream& s, int u, const float* params, const float* embedding_params = nullptr);
+  // Backward of unit u: accumulates into `grads` (the unit's flat layout, f32), and for the head
+  // with tied embeddings also into `embedding_grads`. `dloss` is d(loss)/d(per-token loss), i.e.
+  // 1 / (tokens in the global batch). Units must run in reverse order after their forward.
+  void backward(Stream& s, int u, const float* params, float* grads, float dloss,
+                const float* embedding_params = nullptr, float* embedding_grads = nullptr);
+
+  // Loss slots: one double per head forward since reset_loss(), in device memory.
+  void reset_loss() { n_losses_ = 0; }
+  int loss_count() const { return n_losses_; }
+  // Enqueues a copy of the loss_count() slots to host memory (valid after the stream syncs).
+  void copy_losses(Stream& s, double* host_out);
+  // Enqueues a copy of the last head forward's logits (B × T × V) to host memory. Valid after a
+  // forward and before the head's backward (which overwrites them with their gradient).
+  void copy_logits(Stream& s, float* host_out);
+
+ private:
+  struct BlockActs;
+  void block_forward(Stream& s, int layer, const float* p, BlockActs& a, const float* x_in,
+                     float* x_out);
+
+  const LlamaModel& model_;
+  Device& device_;
+  int B_, T_;
+  bool ckpt_;
+  std::vector<Buffer> buffers_;
+  int32_t* inputs_ = nullptr;
+  int32_t* targets_ = nullptr;
+  std::vector<float*> xs_;              // residual stream: xs_[l] is the input of block l
+  std::vector<BlockActs> acts_;         // one per block, or one shared when checkpointing
+  float* lnf_ = nullptr;                // head: normed input (N, C)
+  float* rstdf_ = nullptr;              // (N)
+  float* logits_ = nullptr;             // (N, V); overwritten by dlogits in backward
+  float* losses_ = nullptr;             // (N)
+  double* loss_slots_ = nullptr;        // (max_heads)
+  int max_heads_ = 1;
+  int n_losses_ = 0;
+  // backward scratch, shared by all blocks (the compute stream runs them one at a time)
+  float* dx_ = nullptr;                 // (N, C): gradient flowing down the residual stream
+  float* dln_ = nullptr;                // (N, C)
+  float* datt_ = nullptr;               // (N, H·D)
+  float* dqkv_ = nullptr;               // (N, QKV)
+  float* dgu_ = nullptr;                // (N, 2F)
+  float* dh_ = nullptr;                 // (N, F)
+};
+
+}  // namespace strata

@@ -1,0 +1,408 @@
+// engine/trainer.cpp — the training loop of engine/trainer.h.
+#include "engine/trainer.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+
+#include <tbb/global_control.h>
+
+#include "core/cpu.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "core/size.h"
+#include "engine/data.h"
+#include "engine/mesh.h"
+#include "engine/model.h"
+#include "engine/plan.h"
+#include "engine/safetensors.h"
+#include "engine/zero.h"
+#include "kernels/device.h"
+#include "optimizer/schedule.h"
+
+namespace strata {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+DeviceKind pick_device(const std::string& name) {
+  if (name == "cpu") return DeviceKind::cpu;
+  if (name == "cuda") return DeviceKind::cuda;
+  return cuda_device_count() > 0 ? DeviceKind::cuda : DeviceKind::cpu;  // auto
+}
+
+// Host staging for one micro-batch: inputs and targets (B × T each) and the event that says the
+// device has consumed them.
+struct HostBatch {
+  Buffer tokens;
+  std::unique_ptr<Event> consumed;
+};
+
+}  // namespace
+
+struct Trainer::Impl {
+  Config cfg;
+  TrainerOptions opt;
+  Communicator& world;
+  Mesh mesh;
+  Communicator* dpc = nullptr;  // the data-parallel group (mesh.dp_comm)
+  std::unique_ptr<tbb::global_control> threads;
+  std::unique_ptr<Device> device;
+  std::unique_ptr<Stream> compute, comm;
+  std::unique_ptr<LlamaModel> model;
+  std::unique_ptr<ModelRunner> runner;
+  std::unique_ptr<ZeroEngine> zero;
+  std::unique_ptr<TokenSource> train_src, eval_src;
+  std::unique_ptr<WindowSampler> train_windows, eval_windows;
+  HostBatch host[2];
+  Buffer loss_host;  // grad_accum doubles
+  std::ofstream metrics;
+  int rank = 0, dp = 1;
+  int64_t steps_done = 0;
+
+  Impl(const Config& c, Communicator& w, TrainerOptions o) : cfg(c), opt(std::move(o)), world(w) {
+    validate(cfg);
+    if (cfg.parallel.tp != 1 || cfg.parallel.pp != 1)
+      fail("train::init", "tensor and pipeline parallelism are not available yet",
+           "set parallel.tp = 1 and parallel.pp = 1");
+    mesh = make_mesh(world, cfg.parallel.dp, cfg.parallel.tp, cfg.parallel.pp);
+    dpc = mesh.dp_comm.get();
+    rank = mesh.dp_index;
+    dp = mesh.dp;
+    if (world.size() > 1) set_log_rank(world.rank());
+    if (cfg.train.threads > 0)
+      threads = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism,
+                                                      size_t(cfg.train.threads));
+    if (!opt.init_from.empty()) cfg.model = read_hf_config(opt.init_from);
+    validate(cfg);
+
+    DeviceOptions dopt;
+    dopt.mem_limit_bytes = cfg.offload.device_mem_limit;
+    dopt.cpu_ops = opt.cpu_ops;
+    device = make_device(pick_device(cfg.train.device), dopt);
+
+    MemoryPlan plan = plan_memory(cfg, dp, device->memory().limit_bytes);
+    if (!plan.fits())
+      fail("train::plan",
+           str("the run needs ", format_bytes(plan.device_bytes), " of device memory per rank but ",
+               "the limit is ", format_bytes(plan.device_limit), ":\n", plan.table()),
+           "raise offload.device_mem_limit, shrink model or data.micro_batch, turn on "
+           "zero.activation_checkpointing, or use more data-parallel ranks");
+
+    compute = device->make_stream("compute");
+    comm = device->make_stream("comm");
+    model = std::make_unique<LlamaModel>(cfg.model, dp);
+    runner = std::make_unique<ModelRunner>(*model, *device, cfg.data.micro_batch, cfg.data.seq_len,
+                                           cfg.zero.activation_checkpointing, cfg.train.grad_accum);
+    ZeroOptions zo;
+    zo.precision = cfg.train.precision;
+    zo.prefetch = cfg.zero.prefetch;
+    zo.keep_embedding = cfg.model.tie_embeddings;
+    zo.adam_isa = opt.adam_isa;
+    zero = std::make_unique<ZeroEngine>(*model, *device, *dpc, *compute, *comm, zo);
+    if (opt.init_from.empty()) {
+      zero->init_from_seed(cfg.train.seed);
+    } else {
+      SafetensorsReader reader(opt.init_from);
+      zero->init_from(reader);
+    }
+
+    train_src = open_tokens(cfg.data.path, cfg.model.vocab_size);
+    train_windows = std::make_unique<WindowSampler>(*train_src, cfg.data.seq_len, cfg.data.shuffle,
+                                                    cfg.train.seed);
+    size_t n = size_t(cfg.data.micro_batch) * cfg.data.seq_len;
+    for (auto& h : host) {
+      h.tokens = device->alloc_host(2 * n * 4, true, "token staging");
+      h.consumed = device->make_event();
+    }
+    loss_host = device->alloc_host(size_t(cfg.train.grad_accum) * 8, true, "loss readback");
+    if (world.rank() == 0 && !cfg.log.metrics.empty()) {
+      metrics.open(cfg.log.metrics, std::ios::out | std::ios::trunc);
+      if (!metrics)
+        fail("train::metrics", str("cannot open metrics file '", cfg.log.metrics, "' for writing"),
+             "check that the directory exists and is writable (log.metrics)");
+    }
+  }
+
+  // Fills host staging buffer `slot` (fill(inputs, targets)) and enqueues its copy.
+  template <class Fill>
+  void load(int slot, Fill fill) {
+    HostBatch& h = host[slot];
+    h.consumed->synchronize();  // the device has read the previous contents
+    const size_t n = size_t(cfg.data.micro_batch) * cfg.data.seq_len;
+    int32_t* in = h.tokens.as<int32_t>();
+    fill(in, in + n);
+    runner->load_batch(*compute, in, in + n);
+    compute->record(*h.consumed);
+  }
+  void load(WindowSampler& windows, uint64_t first, int slot) {
+    load(slot, [&](int32_t* in, int32_t* tgt) { windows.windows(first, cfg.data.micro_batch, in, tgt); });
+  }
+
+  void forward_all() {
+    const int U = model->num_units();
+    const bool tied = model->tied();
+    const float* emb = tied ? zero->acquire(0) : nullptr;
+    for (int u = 0; u < U; ++u) {
+      const float* p = zero->acquire(u);
+      for (int k = 1; k <= cfg.zero.prefetch; ++k) zero->prefetch(u + k);
+      runner->forward(*compute, u, p, emb);
+      if (!(tied && u == 0)) zero->release(u);
+    }
+  }
+
+  void backward_all(float dloss) {
+    const int U = model->num_units();
+    const bool tied = model->tied();
+    const float* emb = tied ? zero->acquire(0) : nullptr;
+    float* emb_grad = nullptr;
+    for (int u = U - 1; u >= 0; --u) {
+      const float* p = zero->acquire(u);
+      for (int k = 1; k <= cfg.zero.prefetch; ++k) zero->prefetch(u - k);
+      float* g = zero->acquire_grad(u);
+      // Tied embeddings: the head's backward also accumulates into unit 0's gradient, which
+      // stays held until unit 0's own backward has run and it is reduced like any other.
+      if (tied && u == U - 1) emb_grad = zero->acquire_grad(0);
+      runner->backward(*compute, u, p, g, dloss, emb, emb_grad);
+      zero->release(u);
+      zero->reduce_grad(u);
+    }
+  }
+
+  double mean_loss(int micro_batches, uint64_t tokens_per_rank) {
+    runner->copy_losses(*compute, loss_host.as<double>());
+    compute->synchronize();
+    double local = 0;
+    for (int i = 0; i < micro_batches; ++i) local += loss_host.as<double>()[i];
+    double* h = loss_host.as<double>();
+    h[0] = local;
+    if (dp > 1) {
+      dpc->all_reduce(*comm, h, 1, CommType::f64, ReduceOp::sum);
+      comm->synchronize();
+    }
+    return h[0] / double(tokens_per_rank * uint64_t(dp));
+  }
+
+  StepRecord step(const LrSchedule& lr) {
+    const int B = cfg.data.micro_batch, T = cfg.data.seq_len, A = cfg.train.grad_accum;
+    const uint64_t G = uint64_t(B) * A * dp;  // windows per step
+    const uint64_t tokens_per_rank = uint64_t(B) * T * A;
+    const float dloss = float(1.0 / double(G * T));
+    StepRecord r;
+    r.step = steps_done + 1;
+    auto t0 = Clock::now();
+    runner->reset_loss();
+    for (int a = 0; a < A; ++a) {
+      if (opt.batch_source)
+        load(a % 2, [&](int32_t* in, int32_t* tgt) { opt.batch_source(steps_done, a, rank, in, tgt); });
+      else
+        load(*train_windows, uint64_t(steps_done) * G + (uint64_t(a) * dp + rank) * B, a % 2);
+      forward_all();
+      backward_all(dloss);
+    }
+    r.loss = mean_loss(A, tokens_per_rank);
+    comm->synchronize();
+    r.compute_ms = ms_since(t0);
+    if (opt.on_gradients) opt.on_gradients(r.step);
+    auto t1 = Clock::now();
+    r.grad_norm = zero->grad_norm();
+    if (!std::isfinite(r.grad_norm) || !std::isfinite(r.loss))
+      fail("train::step", str("step ", r.step, ": loss ", r.loss, ", gradient norm ", r.grad_norm,
+                              " — training diverged"),
+           "lower train.lr, raise train.warmup_steps, or set train.grad_clip");
+    r.lr = lr.at(steps_done);
+    AdamWHyper h;
+    h.lr = float(r.lr);
+    h.beta1 = cfg.train.beta1;
+    h.beta2 = cfg.train.beta2;
+    h.eps = cfg.train.eps;
+    h.weight_decay = cfg.train.weight_decay;
+    zero->optimizer_step(h, r.step, clip_coefficient(r.grad_norm, cfg.train.grad_clip),
+                         cfg.train.decay_norms);
+    zero->zero_grads();
+    compute->synchronize();
+    r.optimizer_ms = ms_since(t1);
+    r.step_ms = ms_since(t0);
+    r.tokens_per_s = double(G * T) / (r.step_ms / 1000.0);
+    if (opt.peak_flops > 0)
+      r.mfu = r.tokens_per_s * model->train_flops_per_token(T) / (opt.peak_flops * dp);
+    ++steps_done;
+    return r;
+  }
+
+  void log_step(const StepRecord& r, const DeviceMemoryStats& mem) {
+    if (world.rank() != 0) return;
+    const int64_t steps = cfg.train.steps;
+    bool logged = (r.step % cfg.log.every == 0) || r.step == steps || r.step == 1;
+    if (metrics.is_open() && logged) {
+      nlohmann::json j = {
+          {"step", r.step},
+          {"loss", r.loss},
+          {"lr", r.lr},
+          {"grad_norm", r.grad_norm},
+          {"tokens_per_s", r.tokens_per_s},
+          {"mfu", r.mfu},
+          {"step_ms", r.step_ms},
+          {"params", model->num_params()},
+          {"time", {{"compute_ms", r.compute_ms}, {"optimizer_ms", r.optimizer_ms}, {"wait_comm_ms", 0.0}}},
+          {"mem", {{"device_peak_bytes", mem.peak_bytes}, {"host_rss_bytes", current_rss_bytes()}}},
+      };
+      metrics << j.dump() << '\n';
+      metrics.flush();
+    }
+    if (!opt.progress) return;
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "step %5lld/%lld | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | MFU %.1f%% | %.0f ms",
+                  (long long)r.step, (long long)steps, r.loss, r.lr, r.grad_norm, r.tokens_per_s,
+                  100.0 * r.mfu, r.step_ms);
+    if (isatty(STDERR_FILENO)) {
+      std::fprintf(stderr, "\r%s\x1b[K%s", line, r.step == steps ? "\n" : "");
+      std::fflush(stderr);
+    } else if (logged) {
+      std::fprintf(stderr, "%s\n", line);
+    }
+  }
+
+  double evaluate() {
+    if (cfg.eval.batches <= 0)
+      fail("eval::run", "eval.batches = 0: nothing to evaluate", "set eval.batches to 1 or more");
+    if (!eval_src) {
+      const std::string& path = cfg.eval.path.empty() ? cfg.data.path : cfg.eval.path;
+      eval_src = open_tokens(path, cfg.model.vocab_size);
+      eval_windows = std::make_unique<WindowSampler>(*eval_src, cfg.data.seq_len, false, cfg.train.seed);
+    }
+    const int B = cfg.data.micro_batch, T = cfg.data.seq_len;
+    double total = 0;
+    int done = 0;
+    // Eval batch i reads windows i·B … i·B + B − 1; ranks take batches round-robin.
+    for (int i = 0; i < cfg.eval.batches; ++i) {
+      runner->reset_loss();
+      bool mine = (i % dp) == rank;
+      if (mine) {
+        load(*eval_windows, uint64_t(i) * B, 0);
+        forward_all_eval();
+        runner->copy_losses(*compute, loss_host.as<double>());
+        compute->synchronize();
+        total += loss_host.as<double>()[0];
+        ++done;
+      }
+    }
+    double* h = loss_host.as<double>();
+    h[0] = total;
+    if (dp > 1) {
+      dpc->all_reduce(*comm, h, 1, CommType::f64, ReduceOp::sum);
+      comm->synchronize();
+    }
+    return h[0] / (double(cfg.eval.batches) * B * T);
+  }
+
+  void forward_all_eval() { forward_all(); if (model->tied()) zero->release(0); }
+};
+
+Trainer::Trainer(const Config& config, Communicator& world, TrainerOptions options)
+    : impl_(std::make_unique<Impl>(config, world, std::move(options))) {}
+
+Trainer::~Trainer() = default;
+
+int64_t Trainer::num_params() const { return impl_->model->num_params(); }
+
+TrainSummary Trainer::train() {
+  Impl& m = *impl_;
+  TrainSummary s;
+  s.params = m.model->num_params();
+  LrSchedule lr;
+  lr.shape = m.cfg.train.schedule == Schedule::cosine ? LrShape::cosine : LrShape::constant;
+  lr.lr = m.cfg.train.lr;
+  lr.warmup_steps = m.cfg.train.warmup_steps;
+  lr.total_steps = m.cfg.train.steps;
+  lr.min_ratio = m.cfg.train.min_lr_ratio;
+  auto t0 = Clock::now();
+  double timed_ms = 0, timed_tokens = 0;
+  for (int i = 0; i < m.cfg.train.steps; ++i) {
+    StepRecord r = m.step(lr);
+    s.losses.push_back(r.loss);
+    if (i > 0 || m.cfg.train.steps == 1) {
+      timed_ms += r.step_ms;
+      timed_tokens += r.tokens_per_s * r.step_ms / 1000.0;
+    }
+    m.log_step(r, m.device->memory());
+    if (m.opt.on_step) m.opt.on_step(r);
+  }
+  s.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  s.tokens_per_s = timed_ms > 0 ? timed_tokens / (timed_ms / 1000.0) : 0;
+  if (m.opt.peak_flops > 0)
+    s.mfu = s.tokens_per_s * m.model->train_flops_per_token(m.cfg.data.seq_len) / (m.opt.peak_flops * m.dp);
+  s.device_peak_bytes = m.device->memory().peak_bytes;
+  if (m.cfg.eval.batches > 0) s.eval_loss = m.evaluate();
+  s.host_peak_rss_bytes = peak_rss_bytes();
+  return s;
+}
+
+double Trainer::evaluate() { return impl_->evaluate(); }
+
+void Trainer::save(const std::string& dir, const std::string& dtype) {
+  impl_->zero->save(dir, parse_dtype(dtype));
+}
+
+std::vector<float> Trainer::parameter(const std::string& name) {
+  Impl& m = *impl_;
+  for (int u = 0; u < m.model->num_units(); ++u) {
+    const ParamView* v = m.model->unit(u).layout.find(name);
+    if (!v) continue;
+    std::vector<float> all = m.zero->gather_unit_to_host(u);
+    return std::vector<float>(all.begin() + long(v->offset), all.begin() + long(v->offset + v->numel));
+  }
+  fail("train::parameter", str("no parameter named '", name, "'"));
+}
+
+std::vector<float> Trainer::gradient(const std::string& name) {
+  Impl& m = *impl_;
+  for (int u = 0; u < m.model->num_units(); ++u) {
+    const ParamView* v = m.model->unit(u).layout.find(name);
+    if (!v) continue;
+    std::vector<float> all = m.zero->gather_grad_to_host(u);
+    return std::vector<float>(all.begin() + long(v->offset), all.begin() + long(v->offset + v->numel));
+  }
+  fail("train::gradient", str("no parameter named '", name, "'"));
+}
+
+void Trainer::set_parameter(const std::string& name, const std::vector<float>& values) {
+  Impl& m = *impl_;
+  for (int u = 0; u < m.model->num_units(); ++u) {
+    const ParamView* v = m.model->unit(u).layout.find(name);
+    if (!v) continue;
+    if (values.size() != v->numel)
+      fail("train::set_parameter", str("'", name, "' has ", v->numel, " elements, got ", values.size()));
+    m.zero->set_values(u, v->offset, values);
+    return;
+  }
+  fail("train::set_parameter", str("no parameter named '", name, "'"));
+}
+
+double Trainer::forward_logits(const int32_t* inputs, const int32_t* targets,
+                               std::vector<float>* logits) {
+  Impl& m = *impl_;
+  const size_t n = size_t(m.cfg.data.micro_batch) * m.cfg.data.seq_len;
+  m.runner->reset_loss();
+  m.load(0, [&](int32_t* in, int32_t* tgt) {
+    std::copy(inputs, inputs + n, in);
+    std::copy(targets, targets + n, tgt);
+  });
+  m.forward_all_eval();
+  if (logits) {
+    logits->resize(n * size_t(m.cfg.model.vocab_size));
+    m.runner->copy_logits(*m.compute, logits->data());
+  }
+  m.runner->copy_losses(*m.compute, m.loss_host.as<double>());
+  m.compute->synchronize();
+  return m.loss_host.as<double>()[0] / double(n);
+}
+
+}  // namespace strata

@@ -1,0 +1,97 @@
+// engine/trainer.h — the training loop: data, forward, backward, clipping, AdamW, LR, logging.
+//
+// A Trainer owns the device, its streams, the model runner and the ZeRO engine for one rank.
+// train() runs config.train.steps steps; each step runs train.grad_accum micro-batches through
+// the ZeRO-3 schedule (gather ahead, compute, release; backward in reverse with gradients
+// reduce-scattered as each unit finishes), then global-norm clipping and AdamW on the shards.
+// The loss of a step is the mean over every target token of the global batch.
+// Rank 0 writes metrics (JSONL) and the progress line; every rank computes.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/comm.h"
+#include "engine/config.h"
+#include "kernels/device.h"
+#include "optimizer/adamw.h"
+
+namespace strata {
+
+struct StepRecord {
+  int64_t step = 0;        // 1-based
+  double loss = 0;
+  double lr = 0;
+  double grad_norm = 0;
+  double step_ms = 0;
+  double compute_ms = 0;   // forward + backward (including waits for gathers)
+  double optimizer_ms = 0; // norm, clipping and AdamW
+  double tokens_per_s = 0;
+  double mfu = 0;
+};
+
+struct TrainSummary {
+  std::vector<double> losses;     // one per step
+  double eval_loss = -1;          // < 0 when not evaluated
+  double tokens_per_s = 0;        // over all steps but the first
+  double mfu = 0;
+  double seconds = 0;
+  int64_t params = 0;
+  uint64_t device_peak_bytes = 0;
+  uint64_t host_peak_rss_bytes = 0;
+};
+
+struct TrainerOptions {
+  std::string init_from;        // Hugging Face directory; empty = initialize from train.seed
+  double peak_flops = 0;        // denominator of MFU; 0 = no MFU
+  bool progress = true;         // progress line / log lines on stderr (rank 0)
+  CpuOpsMode cpu_ops = CpuOpsMode::fast;  // the scalar reference ops instead (tests)
+  std::optional<AdamIsa> adam_isa;        // force a CPU AdamW path (tests, benchmarks)
+  // Called after every step on every rank (tests use it); may be empty.
+  std::function<void(const StepRecord&)> on_step;
+  // Called on every rank after a step's gradients are reduced, before clipping and AdamW
+  // (Trainer::gradient() may be called from it); may be empty.
+  std::function<void(int64_t step)> on_gradients;
+  // Supplies micro-batches instead of data.path (tests, embedding programs): fills inputs and
+  // targets (B × T each) for (step, micro-batch, rank). May be empty.
+  std::function<void(int64_t step, int micro, int rank, int32_t* inputs, int32_t* targets)>
+      batch_source;
+};
+
+class Trainer {
+ public:
+  // world: all ranks of the run (Solo for one process).
+  Trainer(const Config& config, Communicator& world, TrainerOptions options = {});
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  TrainSummary train();
+  // Mean loss over eval.batches micro-batches (eval windows i·B … i·B + B − 1) of eval.path or
+  // data.path, without touching gradients or optimizer state.
+  double evaluate();
+  // Writes config.json + model.safetensors (Hugging Face names) to dir (collective).
+  void save(const std::string& dir, const std::string& dtype = "f32");
+  // The full value of one parameter or of its accumulated gradient, by Hugging Face name
+  // (collective).
+  std::vector<float> parameter(const std::string& name);
+  std::vector<float> gradient(const std::string& name);
+  // Overwrites one parameter (master weights and compute copy; collective).
+  void set_parameter(const std::string& name, const std::vector<float>& values);
+  // Forward of one micro-batch (B × T inputs and targets) without touching gradients: returns the
+  // mean loss and, when `logits` is not null, the logits (B × T × V).
+  double forward_logits(const int32_t* inputs, const int32_t* targets, std::vector<float>* logits);
+  int64_t num_params() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace strata
