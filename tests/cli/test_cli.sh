@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The command line on bad input: every case must exit with status 1 (an Error, not a crash or
+# an abort) and print a one-line "strata: error: [component::op] ..." naming what is wrong.
+# Usage: test_cli.sh STRATA_BINARY WORK_DIR
+set -u
+strata=$1
+work=$2
+mkdir -p "$work"
+failures=0
+
+expect_error() {  # expect_error "what it should mention" args...
+  local want=$1
+  shift
+  local out rc
+  out=$("$strata" "$@" 2>&1 >/dev/null)
+  rc=$?
+  if [ $rc -ne 1 ]; then
+    echo "FAIL: strata $* exited $rc (want 1): $out"
+    failures=$((failures + 1))
+  elif ! grep -q -- "strata: error: \[" <<<"$out" || ! grep -q -- "$want" <<<"$out"; then
+    echo "FAIL: strata $* printed: $out (want it to mention '$want')"
+    failures=$((failures + 1))
+  else
+    echo "ok: strata $* -> $(head -n 1 <<<"$out")"
+  fi
+}
+
+printf 'not a token file at all, but long enough to be read as text' > "$work/text.txt"
+printf '\x00\x01\x02\x03' > "$work/bad.bin"
+head -c 1024 /dev/zero > "$work/empty_header.bin"
+printf '[model]\ndim = "wide"\n' > "$work/wrong_type.toml"
+printf '[model]\ndimm = 4\n' > "$work/unknown_key.toml"
+printf '[model\n' > "$work/syntax.toml"
+
+expect_error "model.dimm"         train --config "$work/unknown_key.toml"
+expect_error "model.dim"          train --config "$work/wrong_type.toml"
+expect_error "syntax"             train --config "$work/syntax.toml"
+expect_error "nope.toml"          train --config "$work/nope.toml"
+expect_error "train.stepz"        train --set train.stepz=3
+expect_error "model.n_heads"      train --set model.n_heads=7
+expect_error "model.n_kv_heads"   train --set model.n_kv_heads=3
+expect_error "train.precision"    train --set train.precision=fp8
+expect_error "missing.bin"        train --set data.path="$work/missing.bin"
+expect_error "bad.bin"            train --set data.path="$work/bad.bin"
+expect_error "empty_header.bin"   train --set data.path="$work/empty_header.bin"
+expect_error "vocab"              train --set data.path="$work/text.txt" --set model.vocab_size=128
+expect_error "device_mem_limit"   train --set offload.device_mem_limit=1M
+expect_error "offload.params"     train --set offload.params=sideways
+expect_error "config.json"        eval --init-from "$work"
+expect_error "dtype"              train --set train.steps=1 --out "$work/out" --out-dtype int4
+
+if [ $failures -ne 0 ]; then
+  echo "$failures case(s) failed"
+  exit 1
+fi
+echo "all cases passed"
