@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/size.h"
+#include "core/trace.h"
 #include "engine/data.h"
 #include "engine/mesh.h"
 #include "engine/model.h"
@@ -197,6 +198,7 @@ struct Trainer::Impl {
     StepRecord r;
     r.step = steps_done + 1;
     auto t0 = Clock::now();
+    const double waited0 = compute->waited_ms();
     runner->reset_loss();
     for (int a = 0; a < A; ++a) {
       if (opt.batch_source)
@@ -209,6 +211,8 @@ struct Trainer::Impl {
     r.loss = mean_loss(A, tokens_per_rank);
     comm->synchronize();
     r.compute_ms = ms_since(t0);
+    r.wait_comm_ms = compute->waited_ms() - waited0;
+    r.comm_bytes = zero->take_comm_bytes();
     if (opt.on_gradients) opt.on_gradients(r.step);
     auto t1 = Clock::now();
     r.grad_norm = zero->grad_norm();
@@ -236,10 +240,47 @@ struct Trainer::Impl {
     return r;
   }
 
-  void log_step(const StepRecord& r, const DeviceMemoryStats& mem) {
-    if (world.rank() != 0) return;
+  bool logged_step(int64_t step) const {
+    return (step % cfg.log.every == 0) || step == cfg.train.steps || step == 1;
+  }
+
+  // Largest device peak over all ranks (collective: every rank calls it on logged steps).
+  uint64_t device_peak_over_ranks() {
+    double* h = loss_host.as<double>();
+    h[0] = double(device->memory().peak_bytes);
+    if (world.size() > 1) {
+      world.all_reduce(*comm, h, 1, CommType::f64, ReduceOp::max);
+      comm->synchronize();
+    }
+    return uint64_t(h[0]);
+  }
+
+  // Tracing covers steps 2..4 (after the warm-up step); the file is written after step 4 or at
+  // the last step. Rank r > 0 writes PATH.rank<r>.
+  void trace_step_begin(int64_t step) {
+    if (cfg.log.trace.empty()) return;
+    if (step == std::min<int64_t>(2, cfg.train.steps)) {
+      trace_clear();
+      trace_enable(true);
+    }
+  }
+  void trace_step_end(int64_t step) {
+    if (cfg.log.trace.empty() || !trace_enabled()) return;
+    if (step >= 4 || step == cfg.train.steps) {
+      trace_enable(false);
+      compute->synchronize();
+      comm->synchronize();
+      std::string path = cfg.log.trace;
+      if (world.rank() > 0) path += str(".rank", world.rank());
+      trace_write(path, world.rank());
+    }
+  }
+
+  void log_step(StepRecord& r) {
     const int64_t steps = cfg.train.steps;
-    bool logged = (r.step % cfg.log.every == 0) || r.step == steps || r.step == 1;
+    bool logged = logged_step(r.step);
+    if (logged) r.device_peak_bytes = device_peak_over_ranks();
+    if (world.rank() != 0) return;
     if (metrics.is_open() && logged) {
       nlohmann::json j = {
           {"step", r.step},
@@ -250,8 +291,10 @@ struct Trainer::Impl {
           {"mfu", r.mfu},
           {"step_ms", r.step_ms},
           {"params", model->num_params()},
-          {"time", {{"compute_ms", r.compute_ms}, {"optimizer_ms", r.optimizer_ms}, {"wait_comm_ms", 0.0}}},
-          {"mem", {{"device_peak_bytes", mem.peak_bytes}, {"host_rss_bytes", current_rss_bytes()}}},
+          {"time", {{"compute_ms", r.compute_ms}, {"wait_comm_ms", r.wait_comm_ms}, {"optimizer_ms", r.optimizer_ms}}},
+          {"comm_bytes", r.comm_bytes},
+          {"ranks", world.size()},
+          {"mem", {{"device_peak_bytes", r.device_peak_bytes}, {"host_rss_bytes", current_rss_bytes()}}},
       };
       metrics << j.dump() << '\n';
       metrics.flush();
@@ -326,20 +369,22 @@ TrainSummary Trainer::train() {
   auto t0 = Clock::now();
   double timed_ms = 0, timed_tokens = 0;
   for (int i = 0; i < m.cfg.train.steps; ++i) {
+    m.trace_step_begin(i + 1);
     StepRecord r = m.step(lr);
+    m.trace_step_end(r.step);
     s.losses.push_back(r.loss);
     if (i > 0 || m.cfg.train.steps == 1) {
       timed_ms += r.step_ms;
       timed_tokens += r.tokens_per_s * r.step_ms / 1000.0;
     }
-    m.log_step(r, m.device->memory());
+    m.log_step(r);
     if (m.opt.on_step) m.opt.on_step(r);
   }
   s.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   s.tokens_per_s = timed_ms > 0 ? timed_tokens / (timed_ms / 1000.0) : 0;
   if (m.opt.peak_flops > 0)
     s.mfu = s.tokens_per_s * m.model->train_flops_per_token(m.cfg.data.seq_len) / (m.opt.peak_flops * m.dp);
-  s.device_peak_bytes = m.device->memory().peak_bytes;
+  s.device_peak_bytes = m.device_peak_over_ranks();
   if (m.cfg.eval.batches > 0) s.eval_loss = m.evaluate();
   s.host_peak_rss_bytes = peak_rss_bytes();
   return s;

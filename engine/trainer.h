@@ -31,7 +31,10 @@ struct StepRecord {
   double grad_norm = 0;
   double step_ms = 0;
   double compute_ms = 0;   // forward + backward (including waits for gathers)
+  double wait_comm_ms = 0; // of compute_ms: the compute stream blocked on communication
   double optimizer_ms = 0; // norm, clipping and AdamW
+  uint64_t comm_bytes = 0; // collective buffer bytes this rank enqueued (nccl-tests "size")
+  uint64_t device_peak_bytes = 0;  // largest over ranks (filled on logged steps)
   double tokens_per_s = 0;
   double mfu = 0;
 };

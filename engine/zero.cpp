@@ -176,6 +176,7 @@ void ZeroEngine::prefetch(int u) {
   s.slot = int(&sl - param_slots_.data());
   const FlatLayout& L = model_.unit(u).layout;
   comm_.wait(*sl.free);  // the previous occupant's readers are done
+  comm_bytes_ += L.padded_numel() * (opt_.precision == Precision::bf16 ? 2 : 4);
   if (opt_.precision == Precision::bf16) {
     dp_.all_gather(comm_, sl.full16.data(), s.param16.data(), L.shard_numel(), CommType::bf16);
     device_.ops().cast_bf16_to_f32(comm_, sl.full.as<float>(), sl.full16.as<uint16_t>(),
@@ -226,6 +227,7 @@ void ZeroEngine::reduce_grad(int u) {
   comm_.wait(*sl.ready);
   dp_.reduce_scatter(comm_, reduce_tmp_.data(), sl.full.data(), L.shard_numel(), CommType::f32,
                      ReduceOp::sum);
+  comm_bytes_ += L.padded_numel() * 4;
   device_.ops().add(comm_, s.grad.as<float>(), s.grad.as<float>(), reduce_tmp_.as<float>(),
                     L.shard_numel());
   comm_.record(*sl.free);
@@ -352,6 +354,12 @@ void ZeroEngine::save(const std::string& dir, DType dtype) {
       writer->write_f32(v.name, values.data() + v.offset, int64_t(v.numel));
   }
   if (writer) writer->finish();
+}
+
+uint64_t ZeroEngine::take_comm_bytes() {
+  uint64_t b = comm_bytes_;
+  comm_bytes_ = 0;
+  return b;
 }
 
 ZeroMemory ZeroEngine::memory() const {

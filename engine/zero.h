@@ -84,6 +84,9 @@ class ZeroEngine {
   void save(const std::string& dir, DType dtype);
 
   ZeroMemory memory() const;
+  // Bytes of the collective buffers this rank has enqueued since the last call (all-gather: the
+  // gathered size; reduce-scatter: the full gradient), as nccl-tests counts "size".
+  uint64_t take_comm_bytes();
   int dp_size() const { return dp_.size(); }
 
  private:
@@ -106,6 +109,7 @@ class ZeroEngine {
   Buffer reduce_tmp_;     // one shard of f32 for reduce-scatter results
   Buffer norm_parts_;     // one double per unit (device)
   Buffer norm_host_;      // the same on the host
+  uint64_t comm_bytes_ = 0;
 };
 
 }  // namespace strata

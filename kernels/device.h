@@ -99,6 +99,10 @@ class Stream {
   virtual void record(Event& event) = 0;
   virtual void wait(Event& event) = 0;  // later work on this stream waits for event
   virtual void synchronize() = 0;       // host waits for all work; rethrows the first error
+
+  // Total time this stream's queue has spent blocked in wait(event), as far as the host can
+  // measure it (the CPU device: exactly; devices that wait in hardware report 0).
+  virtual double waited_ms() const { return 0.0; }
 };
 
 struct DeviceMemoryStats {

@@ -110,11 +110,18 @@ class CpuStream final : public Stream {
       std::lock_guard<std::mutex> lock(st->m);
       target = st->recorded;
     }
-    push(Task{Kind::control, "wait", [st, target] {
+    push(Task{Kind::control, "wait", [this, st, target] {
                 std::unique_lock<std::mutex> lock(st->m);
+                if (st->completed >= target) return;
+                int64_t t0 = trace_now_us();
                 st->cv.wait(lock, [&] { return st->completed >= target; });
+                int64_t dt = trace_now_us() - t0;
+                waited_us_.fetch_add(dt, std::memory_order_relaxed);
+                if (trace_enabled()) trace_span(name_, "wait", t0, dt);
               }});
   }
+
+  double waited_ms() const override { return double(waited_us_.load()) / 1000.0; }
 
   void synchronize() override {
     std::unique_lock<std::mutex> lock(m_);
@@ -186,6 +193,7 @@ class CpuStream final : public Stream {
   bool busy_ = false;
   bool stop_ = false;
   std::exception_ptr error_;
+  std::atomic<int64_t> waited_us_{0};
   std::thread worker_;
 };
 
