@@ -191,6 +191,13 @@ class MpiCommunicator final : public Communicator {
 
 bool mpi_built() { return true; }
 
+void mpi_abort_if_running(int code) {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, code);
+}
+
 std::unique_ptr<Communicator> make_mpi_world() {
   runtime();
   MPI_Comm dup;

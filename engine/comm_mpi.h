@@ -9,5 +9,6 @@
 namespace strata {
 
 std::unique_ptr<Communicator> make_mpi_world();
+void mpi_abort_if_running(int code);  // MPI_Abort(MPI_COMM_WORLD) when initialized and not finalized
 
 }  // namespace strata

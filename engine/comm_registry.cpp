@@ -13,6 +13,8 @@ bool launched_by_mpi() {
   return false;
 }
 
+void abort_world(int code) { mpi_abort_if_running(code); }
+
 std::unique_ptr<Communicator> make_world_communicator() {
   if (launched_by_mpi()) return make_mpi_world();
   return make_solo_communicator();

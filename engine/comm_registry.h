@@ -13,5 +13,8 @@ bool launched_by_mpi();
 bool mpi_built();
 // World communicator; calls MPI_Init_thread on first use under a launcher (finalized at exit).
 std::unique_ptr<Communicator> make_world_communicator();
+// Ends every rank of the job now (MPI_Abort) when MPI is running; returns otherwise. For a rank
+// that cannot go on without leaving the others blocked in a collective.
+void abort_world(int code);
 
 }  // namespace strata

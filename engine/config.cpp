@@ -195,21 +195,22 @@ const std::vector<Key>& keys() {
        at_least(0)},
       // [offload]
       {STRATA_CONFIG_KEY(offload, params), Kind::choice,
-       "tier of the parameters' compute copy (only device until offload lands)", any(), kTiers},
+       "tier of the parameters' compute copy (f32, or bf16 under train.precision = bf16)", any(),
+       kTiers},
       {STRATA_CONFIG_KEY(offload, grads), Kind::choice,
-       "tier of the f32 gradient shards; never nvme (only device until offload lands)", any(),
-       kTiers},
+       "tier of the f32 gradient shards: device or host (host whenever offload.optimizer is off "
+       "the device)", any(), kTiers},
       {STRATA_CONFIG_KEY(offload, optimizer), Kind::choice,
-       "tier of the f32 master weights and AdamW m, v (only device until offload lands)", any(),
-       kTiers},
+       "tier of the f32 master weights and AdamW m, v; off the device the CPU AdamW steps them",
+       any(), kTiers},
       {STRATA_CONFIG_KEY(offload, device_mem_limit), Kind::size,
        "cap on device memory; 0 = the device's size"},
       {STRATA_CONFIG_KEY(offload, pinned_mem_limit), Kind::size,
        "pinned host memory budget; 0 = as the plan needs"},
       {STRATA_CONFIG_KEY(offload, nvme_path), Kind::string_list,
        "one directory per NVMe device (TOML array; comma-separated in --set)"},
-      {STRATA_CONFIG_KEY(offload, prefetch), Kind::integer, "units read ahead from NVMe",
-       at_least(0)},
+      {STRATA_CONFIG_KEY(offload, prefetch), Kind::integer,
+       "units of compute copy read ahead from NVMe (bounded by the pinned budget)", at_least(0)},
       {STRATA_CONFIG_KEY(offload, optimizer_chunk), Kind::size,
        "bytes per chunk of the NVMe optimizer pipeline", at_least(4096)},
       // [zero]
@@ -815,15 +816,12 @@ void validate(const Config& c) {
   if (o.grads == Tier::nvme)
     fail(kWhere, "offload.grads = \"nvme\" is not allowed: gradients never live on NVMe",
          "allowed offload.grads: \"device\", \"host\"");
-  const std::pair<const char*, Tier> tiers[] = {
-      {"offload.params", o.params}, {"offload.grads", o.grads}, {"offload.optimizer", o.optimizer}};
-  for (const auto& [name, tier] : tiers) {
-    if (tier != Tier::device)
-      fail(kWhere,
-           str(name, " = \"", tier_name(tier),
-               "\": host and nvme placement are not available yet; allowed: \"device\""),
-           "offloading to pinned host memory or NVMe comes with the offload issue");
-  }
+  if ((o.params == Tier::nvme || o.optimizer == Tier::nvme) && o.nvme_path.empty())
+    fail(kWhere,
+         str("offload.", o.params == Tier::nvme ? "params" : "optimizer",
+             " = \"nvme\" needs offload.nvme_path, which is empty"),
+         "set offload.nvme_path to one directory per NVMe device, e.g. "
+         "--set offload.nvme_path=/mnt/nvme0,/mnt/nvme1");
   if (c.io.block_size % 4096 != 0)
     fail(kWhere, str("io.block_size = ", c.io.block_size, " is not a multiple of 4096"),
          "allowed: 4096, 64K, 1M, ...");
@@ -911,8 +909,10 @@ std::string config_reference_markdown() {
   out += "- `data.seq_len <= model.max_seq_len`.\n";
   out += "- Raw text files and the built-in tasks are bytes: they need `model.vocab_size >= 256`; "
          "every token of a token file must be below `model.vocab_size`.\n";
-  out += "- `offload.params`, `offload.grads` and `offload.optimizer` accept only `\"device\"` "
-         "until host and NVMe offload land; `offload.grads` can never be `\"nvme\"`.\n";
+  out += "- `offload.grads` can never be `\"nvme\"`; when `offload.optimizer` is off the "
+         "device, gradients live in host memory whatever `offload.grads` says.\n";
+  out += "- `offload.params = \"nvme\"` or `offload.optimizer = \"nvme\"` needs "
+         "`offload.nvme_path`.\n";
   out += "- A `data.path` ending in `.bin` must be an llm.c token file (magic 20240520); any "
          "other file is a token file when it starts with that magic, else raw bytes.\n";
   out += "- `io.block_size` is a multiple of 4096 and `io.stripe_size` a multiple of "

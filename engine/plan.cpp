@@ -1,61 +1,162 @@
-// engine/plan.cpp — the memory plan: per-rank bytes of every state, the gathered working set
-// and the activations, from the same layout code the engine allocates with.
+// engine/plan.cpp — the memory plan: per-rank bytes of every state on its tier, the gathered
+// working set, staging pools and activations, from the same layout and the same decisions
+// (engine/zero.h) the engine allocates with; then each tier against its limit.
 #include "engine/plan.h"
+
+#include <sys/statvfs.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 
+#include "core/cpu.h"
+#include "core/error.h"
 #include "core/size.h"
 #include "engine/model.h"
+#include "engine/zero.h"
 
 namespace strata {
+namespace {
 
-MemoryPlan plan_memory(const Config& c, int dp, uint64_t device_capacity) {
+uint64_t free_bytes(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::path p(dir);
+  while (!p.empty() && !std::filesystem::exists(p, ec)) p = p.parent_path();  // nearest existing
+  struct statvfs st;
+  if (statvfs(p.empty() ? "." : p.c_str(), &st) != 0) return 0;
+  return uint64_t(st.f_bavail) * st.f_frsize;
+}
+
+}  // namespace
+
+uint64_t MemoryPlan::tier_bytes(const std::string& tier) const {
+  uint64_t b = 0;
+  for (const auto& r : rows)
+    if (r.tier == tier) b += r.bytes;
+  return b;
+}
+
+bool MemoryPlan::fits() const {
+  for (const auto& c : checks)
+    if (!c.ok()) return false;
+  return true;
+}
+
+MemoryPlan plan_memory(const Config& c, int dp, const PlanMachine& machine) {
   LlamaModel model(c.model, dp);
+  const ZeroOptions zo = zero_options(c);
   MemoryPlan p;
   p.params = model.num_params();
-  p.device_limit = c.offload.device_mem_limit ? std::min(c.offload.device_mem_limit, device_capacity)
-                                               : device_capacity;
-  uint64_t shard = 0, full = 0;
+  p.ranks_here = machine.ranks_here > 0 ? machine.ranks_here : dp * c.parallel.tp * c.parallel.pp;
+
+  uint64_t shard = 0, full = 0, max_shard = 0;
   for (const auto& u : model.units()) {
     shard += u.layout.shard_numel();
     full = std::max<uint64_t>(full, u.layout.padded_numel());
+    max_shard = std::max<uint64_t>(max_shard, u.layout.shard_numel());
   }
   const bool bf16 = c.train.precision == Precision::bf16;
-  const bool keep_emb = c.model.tie_embeddings;
-  auto add = [&](const char* what, uint64_t bytes) {
-    p.rows.push_back(PlanRow{"device", what, bytes});
-    p.device_bytes += bytes;
+  const uint64_t esz = bf16 ? 2 : 4;
+  const Tier grads = effective_grads_tier(zo);
+  auto add = [&](Tier t, const std::string& what, uint64_t bytes, bool pinned = false) {
+    if (bytes == 0) return;
+    std::string tier = t == Tier::device ? "device" : t == Tier::nvme ? "nvme" : pinned ? "pinned" : "host";
+    p.rows.push_back(PlanRow{tier, what, bytes});
   };
-  add("master weights (f32 shard)", shard * 4);
-  add("AdamW m and v (f32 shards)", shard * 8);
-  add("gradients (f32 shard)", shard * 4);
-  if (bf16) add("bf16 compute copy (shard)", shard * 2);
-  if (dp > 1 || bf16) {
-    uint64_t slots = uint64_t(c.zero.prefetch + 1 + (keep_emb ? 1 : 0));
-    add("gathered parameters (prefetch + 1 units)", slots * full * (bf16 ? 6 : 4));
+
+  // Shards.
+  add(zo.optimizer, "master weights (f32 shard)", shard * 4);
+  add(zo.optimizer, "AdamW m and v (f32 shards)", shard * 8);
+  add(grads, "gradients (f32 shard)", shard * 4, true);
+  if (!zero_param_is_master(zo))
+    add(zo.params, bf16 ? "compute copy (bf16 shard)" : "compute copy (f32 shard)", shard * esz, true);
+  // The gathered working set.
+  if (!zero_direct_params(zo, dp)) {
+    uint64_t slots = uint64_t(c.zero.prefetch + 1 + (c.model.tie_embeddings ? 1 : 0));
+    uint64_t per = full * (bf16 ? 6 : 4) + (dp > 1 && zo.params != Tier::device ? max_shard * esz : 0);
+    add(Tier::device, str("gathered parameters (", slots, " units)"), slots * per);
   }
-  if (dp > 1) {
-    uint64_t slots = 2 + (keep_emb ? 1 : 0);
-    add("full gradients being reduced (2 units)", slots * full * 4);
+  if (!zero_aliased_grads(zo, dp)) {
+    uint64_t slots = 2 + (c.model.tie_embeddings ? 1 : 0);
+    add(Tier::device, str("full gradients (", slots, " units)"), slots * full * 4);
+    if (dp > 1) add(Tier::device, "reduce-scatter result (1 shard)", max_shard * 4);
   }
-  add("activations (one micro-batch)",
+  add(Tier::device, "activations (one micro-batch)",
       activation_bytes(c.model, c.data.micro_batch, c.data.seq_len, c.zero.activation_checkpointing));
+  // Pinned staging pools.
+  uint64_t pools = 0;
+  if (zero_chunk_io(zo)) {
+    uint64_t b = 12 * zero_chunk_bytes(zo, max_shard);
+    add(Tier::host, "NVMe optimizer pipeline staging (3 sets x 4 chunks)", b, true);
+    pools += b;
+  }
+  if (zero_nvme_params(zo)) {
+    uint64_t want = uint64_t(c.offload.prefetch + 1) * max_shard * esz;
+    uint64_t b = want;
+    if (c.offload.pinned_mem_limit) {
+      uint64_t left = c.offload.pinned_mem_limit > pools ? c.offload.pinned_mem_limit - pools : 0;
+      b = std::min(want, left / (max_shard * esz) * (max_shard * esz));
+      b = std::max(b, max_shard * esz);  // at least one (the check below reports the shortfall)
+    }
+    add(Tier::host, str("NVMe parameter read-ahead staging (", b / (max_shard * esz), " shards)"), b, true);
+    pools += b;
+  }
+
+  // Checks.
+  const uint64_t device_need = p.device_bytes();
+  uint64_t device_limit = machine.device_capacity;
+  if (c.offload.device_mem_limit) device_limit = std::min(device_limit, c.offload.device_mem_limit);
+  p.checks.push_back({"device memory per rank", device_need, device_limit,
+                      c.offload.device_mem_limit ? "offload.device_mem_limit" : "the device's size"});
+  if (c.offload.pinned_mem_limit && pools > 0) {
+    uint64_t min_pools = (zero_chunk_io(zo) ? 12 * zero_chunk_bytes(zo, max_shard) : 0) +
+                         (zero_nvme_params(zo) ? max_shard * esz : 0);
+    p.checks.push_back({"pinned staging per rank (at least one unit)", min_pools,
+                        c.offload.pinned_mem_limit, "offload.pinned_mem_limit"});
+  }
+  const uint64_t ram = machine.host_memory ? machine.host_memory : physical_memory_bytes();
+  uint64_t host_need = (p.tier_bytes("host") + p.tier_bytes("pinned") +
+                        (machine.device_is_host_memory ? device_need : 0)) * uint64_t(p.ranks_here);
+  p.checks.push_back({str("host memory of ", p.ranks_here, " rank(s)",
+                          machine.device_is_host_memory ? " (CPU device memory included)" : ""),
+                      host_need, ram, "this machine's RAM"});
+  const uint64_t nvme = p.tier_bytes("nvme");
+  if (nvme > 0) {
+    uint64_t free_total = 0;
+    std::string dirs;
+    for (const auto& d : c.offload.nvme_path) {
+      free_total += free_bytes(d);
+      dirs += (dirs.empty() ? "" : ", ") + d;
+    }
+    p.checks.push_back({str("NVMe swap of ", p.ranks_here, " rank(s)"), nvme * uint64_t(p.ranks_here),
+                        free_total, str("free space in ", dirs)});
+  }
   return p;
 }
 
 std::string MemoryPlan::table() const {
   std::string out;
-  char line[256];
-  for (const auto& r : rows) {
-    std::snprintf(line, sizeof line, "  %-8s %-44s %10s\n", r.tier.c_str(), r.what.c_str(),
-                  format_bytes(r.bytes).c_str());
+  char line[320];
+  std::snprintf(line, sizeof line, "  %-7s %-52s %10s\n", "tier", "state", "per rank");
+  out += line;
+  for (const char* tier : {"device", "pinned", "host", "nvme"}) {
+    for (const auto& r : rows) {
+      if (r.tier != tier) continue;
+      std::snprintf(line, sizeof line, "  %-7s %-52s %10s\n", r.tier.c_str(), r.what.c_str(),
+                    format_bytes(r.bytes).c_str());
+      out += line;
+    }
+  }
+  out += "  totals per rank:";
+  for (const char* tier : {"device", "pinned", "host", "nvme"})
+    out += str(" ", tier, " ", format_bytes(tier_bytes(tier)), ";");
+  out += "\n";
+  for (const auto& c : checks) {
+    std::snprintf(line, sizeof line, "  %-52s %10s of %10s (%s)%s\n", c.what.c_str(),
+                  format_bytes(c.need).c_str(), format_bytes(c.limit).c_str(), c.limit_name.c_str(),
+                  c.ok() ? "" : "  DOES NOT FIT");
     out += line;
   }
-  std::snprintf(line, sizeof line, "  %-8s %-44s %10s  (limit %s)%s\n", "device", "total",
-                format_bytes(device_bytes).c_str(), format_bytes(device_limit).c_str(),
-                fits() ? "" : "  DOES NOT FIT");
-  out += line;
   return out;
 }
 

@@ -1,6 +1,13 @@
 // engine/plan.h — what a run needs of each memory tier, computed from the config alone before
-// anything is allocated, and whether it fits. `strata train` refuses a run that does not fit,
-// with the table in the error.
+// anything is allocated, and whether it fits. `strata plan` prints it; `strata train` refuses a
+// run that does not fit, with the table in the error.
+//
+// Bytes are per rank, from the same layout code the engine allocates with: device (device
+// shards, the gathered working set, activations), pinned host (staging pools, host-resident
+// compute copy and gradients), pageable host (host-resident optimizer states), NVMe (swap-space
+// extents). Limits: offload.device_mem_limit (or the device's size), offload.pinned_mem_limit
+// for the staging pools, the machine's RAM for all host memory of the ranks on this machine
+// (on the CPU device its "device memory" is RAM too), and the free space of offload.nvme_path.
 #pragma once
 
 #include <cstdint>
@@ -12,21 +19,38 @@
 namespace strata {
 
 struct PlanRow {
-  std::string tier;      // "device", "pinned host", "host", "nvme"
+  std::string tier;      // "device", "pinned", "host", "nvme"
   std::string what;      // what the bytes are for
-  uint64_t bytes = 0;
+  uint64_t bytes = 0;    // per rank
+};
+
+struct PlanCheck {
+  std::string what;      // e.g. "device memory per rank"
+  uint64_t need = 0;
+  uint64_t limit = 0;
+  std::string limit_name;  // the key or resource that sets the limit
+  bool ok() const { return need <= limit; }
 };
 
 struct MemoryPlan {
   std::vector<PlanRow> rows;
-  uint64_t device_bytes = 0;
-  uint64_t device_limit = 0;    // offload.device_mem_limit or the device's size
+  std::vector<PlanCheck> checks;
   int64_t params = 0;
-  bool fits() const { return device_bytes <= device_limit; }
-  std::string table() const;    // a readable table of the rows, totals and limits
+  int ranks_here = 1;
+  uint64_t tier_bytes(const std::string& tier) const;
+  uint64_t device_bytes() const { return tier_bytes("device"); }
+  bool fits() const;
+  std::string table() const;  // rows, per-tier totals and every check with its verdict
 };
 
-// dp: data-parallel ranks sharing the states; device_capacity: the device's physical size.
-MemoryPlan plan_memory(const Config& config, int dp, uint64_t device_capacity);
+struct PlanMachine {
+  bool device_is_host_memory = true;   // the CPU device: its memory is the machine's RAM
+  uint64_t device_capacity = 0;        // the device's size
+  uint64_t host_memory = 0;            // RAM of this machine (0: read /proc/meminfo)
+  int ranks_here = 0;                  // ranks sharing this machine (0: dp × tp × pp)
+};
+
+// dp: data-parallel ranks sharing the states.
+MemoryPlan plan_memory(const Config& config, int dp, const PlanMachine& machine);
 
 }  // namespace strata

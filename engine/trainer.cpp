@@ -88,24 +88,31 @@ struct Trainer::Impl {
     dopt.cpu_ops = opt.cpu_ops;
     device = make_device(pick_device(cfg.train.device), dopt);
 
-    MemoryPlan plan = plan_memory(cfg, dp, device->memory().limit_bytes);
-    if (!plan.fits())
-      fail("train::plan",
-           str("the run needs ", format_bytes(plan.device_bytes), " of device memory per rank but ",
-               "the limit is ", format_bytes(plan.device_limit), ":\n", plan.table()),
-           "raise offload.device_mem_limit, shrink model or data.micro_batch, turn on "
-           "zero.activation_checkpointing, or use more data-parallel ranks");
-
+    PlanMachine machine;
+    machine.device_is_host_memory = device->kind() == DeviceKind::cpu;
+    machine.device_capacity = device->memory().limit_bytes;
+    machine.ranks_here = world.size();
+    MemoryPlan plan = plan_memory(cfg, dp, machine);
+    if (!plan.fits()) {
+      std::string failed;
+      for (const auto& ck : plan.checks)
+        if (!ck.ok())
+          failed += str(failed.empty() ? "" : "; ", ck.what, " needs ", format_bytes(ck.need),
+                        " but ", ck.limit_name, " allows ", format_bytes(ck.limit));
+      fail("train::plan", str("the run does not fit: ", failed, "\n", plan.table()),
+           "offload states (offload.params / optimizer = host or nvme), raise "
+           "offload.device_mem_limit or offload.pinned_mem_limit, shrink the model or "
+           "data.micro_batch, turn on zero.activation_checkpointing, or use more ranks "
+           "(`strata plan` prints this table)");
+    }
     compute = device->make_stream("compute");
     comm = device->make_stream("comm");
     model = std::make_unique<LlamaModel>(cfg.model, dp);
     runner = std::make_unique<ModelRunner>(*model, *device, cfg.data.micro_batch, cfg.data.seq_len,
                                            cfg.zero.activation_checkpointing, cfg.train.grad_accum);
-    ZeroOptions zo;
-    zo.precision = cfg.train.precision;
-    zo.prefetch = cfg.zero.prefetch;
-    zo.keep_embedding = cfg.model.tie_embeddings;
+    ZeroOptions zo = zero_options(cfg);
     zo.adam_isa = opt.adam_isa;
+    zo.io_faults = opt.io_faults;
     zero = std::make_unique<ZeroEngine>(*model, *device, *dpc, *compute, *comm, zo);
     if (opt.init_from.empty()) {
       zero->init_from_seed(cfg.train.seed);
@@ -146,9 +153,14 @@ struct Trainer::Impl {
     load(slot, [&](int32_t* in, int32_t* tgt) { windows.windows(first, cfg.data.micro_batch, in, tgt); });
   }
 
+  std::vector<int> forward_order, backward_order;
+
   void forward_all() {
     const int U = model->num_units();
     const bool tied = model->tied();
+    if (forward_order.empty())
+      for (int u = 0; u < U; ++u) forward_order.push_back(u);
+    zero->begin_pass(forward_order);
     const float* emb = tied ? zero->acquire(0) : nullptr;
     for (int u = 0; u < U; ++u) {
       const float* p = zero->acquire(u);
@@ -161,6 +173,9 @@ struct Trainer::Impl {
   void backward_all(float dloss) {
     const int U = model->num_units();
     const bool tied = model->tied();
+    if (backward_order.empty())
+      for (int u = U - 1; u >= 0; --u) backward_order.push_back(u);
+    zero->begin_pass(backward_order);
     const float* emb = tied ? zero->acquire(0) : nullptr;
     float* emb_grad = nullptr;
     for (int u = U - 1; u >= 0; --u) {
@@ -212,7 +227,8 @@ struct Trainer::Impl {
     comm->synchronize();
     r.compute_ms = ms_since(t0);
     r.wait_comm_ms = compute->waited_ms() - waited0;
-    r.comm_bytes = zero->take_comm_bytes();
+    r.traffic = zero->take_traffic();
+    r.comm_bytes = r.traffic.comm_bytes;
     if (opt.on_gradients) opt.on_gradients(r.step);
     auto t1 = Clock::now();
     r.grad_norm = zero->grad_norm();
@@ -232,6 +248,13 @@ struct Trainer::Impl {
     zero->zero_grads();
     compute->synchronize();
     r.optimizer_ms = ms_since(t1);
+    ZeroTraffic opt_traffic = zero->take_traffic();  // the optimizer's NVMe reads and writes
+    r.traffic.nvme_read_bytes += opt_traffic.nvme_read_bytes;
+    r.traffic.nvme_write_bytes += opt_traffic.nvme_write_bytes;
+    r.traffic.nvme_busy_ms += opt_traffic.nvme_busy_ms;
+    r.traffic.nvme_wait_ms += opt_traffic.nvme_wait_ms;
+    r.traffic.h2d_bytes += opt_traffic.h2d_bytes;
+    r.traffic.d2h_bytes += opt_traffic.d2h_bytes;
     r.step_ms = ms_since(t0);
     r.tokens_per_s = double(G * T) / (r.step_ms / 1000.0);
     if (opt.peak_flops > 0)
@@ -282,6 +305,9 @@ struct Trainer::Impl {
     if (logged) r.device_peak_bytes = device_peak_over_ranks();
     if (world.rank() != 0) return;
     if (metrics.is_open() && logged) {
+      const ZeroMemory zmem = zero->memory();
+      // GB/s over the time the swapper had I/O in flight (reads and writes share it).
+      auto rate = [](uint64_t bytes, double ms) { return ms > 0 ? double(bytes) / (ms * 1e6) : 0.0; };
       nlohmann::json j = {
           {"step", r.step},
           {"loss", r.loss},
@@ -294,7 +320,20 @@ struct Trainer::Impl {
           {"time", {{"compute_ms", r.compute_ms}, {"wait_comm_ms", r.wait_comm_ms}, {"optimizer_ms", r.optimizer_ms}}},
           {"comm_bytes", r.comm_bytes},
           {"ranks", world.size()},
-          {"mem", {{"device_peak_bytes", r.device_peak_bytes}, {"host_rss_bytes", current_rss_bytes()}}},
+          {"mem",
+           {{"device_peak_bytes", r.device_peak_bytes},
+            {"host_rss_bytes", current_rss_bytes()},
+            {"pinned_bytes", zmem.pinned_bytes},
+            {"host_state_bytes", zmem.host_bytes},
+            {"nvme_bytes", zmem.nvme_bytes}}},
+          {"io",
+           {{"read_bytes", r.traffic.nvme_read_bytes},
+            {"write_bytes", r.traffic.nvme_write_bytes},
+            {"read_gbps", rate(r.traffic.nvme_read_bytes, r.traffic.nvme_busy_ms)},
+            {"write_gbps", rate(r.traffic.nvme_write_bytes, r.traffic.nvme_busy_ms)},
+            {"busy_ms", r.traffic.nvme_busy_ms},
+            {"wait_ms", r.traffic.nvme_wait_ms}}},
+          {"links", {{"h2d_bytes", r.traffic.h2d_bytes}, {"d2h_bytes", r.traffic.d2h_bytes}}},
       };
       metrics << j.dump() << '\n';
       metrics.flush();
@@ -323,19 +362,19 @@ struct Trainer::Impl {
     }
     const int B = cfg.data.micro_batch, T = cfg.data.seq_len;
     double total = 0;
-    int done = 0;
-    // Eval batch i reads windows i·B … i·B + B − 1; ranks take batches round-robin.
-    for (int i = 0; i < cfg.eval.batches; ++i) {
+    // Eval batch i reads windows i·B … i·B + B − 1; rank r takes batches r, r + dp, ... Every
+    // gather is collective, so all ranks run the same number of forwards: a rank without a
+    // batch in the last round runs batch 0 again and discards its loss.
+    const int rounds = (cfg.eval.batches + dp - 1) / dp;
+    for (int k = 0; k < rounds; ++k) {
+      const int i = k * dp + rank;
+      const bool mine = i < cfg.eval.batches;
       runner->reset_loss();
-      bool mine = (i % dp) == rank;
-      if (mine) {
-        load(*eval_windows, uint64_t(i) * B, 0);
-        forward_all_eval();
-        runner->copy_losses(*compute, loss_host.as<double>());
-        compute->synchronize();
-        total += loss_host.as<double>()[0];
-        ++done;
-      }
+      load(*eval_windows, uint64_t(mine ? i : 0) * B, 0);
+      forward_all_eval();
+      runner->copy_losses(*compute, loss_host.as<double>());
+      compute->synchronize();
+      if (mine) total += loss_host.as<double>()[0];
     }
     double* h = loss_host.as<double>();
     h[0] = total;
@@ -346,7 +385,10 @@ struct Trainer::Impl {
     return h[0] / (double(cfg.eval.batches) * B * T);
   }
 
-  void forward_all_eval() { forward_all(); if (model->tied()) zero->release(0); }
+  void forward_all_eval() {
+    forward_all();
+    if (model->tied()) zero->release(0);
+  }
 };
 
 Trainer::Trainer(const Config& config, Communicator& world, TrainerOptions options)
@@ -355,6 +397,15 @@ Trainer::Trainer(const Config& config, Communicator& world, TrainerOptions optio
 Trainer::~Trainer() = default;
 
 int64_t Trainer::num_params() const { return impl_->model->num_params(); }
+
+std::vector<std::string> Trainer::parameter_names() const {
+  std::vector<std::string> names;
+  for (const auto& u : impl_->model->units())
+    for (const auto& v : u.layout.views()) names.push_back(v.name);
+  return names;
+}
+
+ZeroMemory Trainer::state_memory() const { return impl_->zero->memory(); }
 
 TrainSummary Trainer::train() {
   Impl& m = *impl_;

@@ -19,6 +19,7 @@
 
 #include "engine/comm.h"
 #include "engine/config.h"
+#include "engine/zero.h"
 #include "kernels/device.h"
 #include "optimizer/adamw.h"
 
@@ -34,6 +35,7 @@ struct StepRecord {
   double wait_comm_ms = 0; // of compute_ms: the compute stream blocked on communication
   double optimizer_ms = 0; // norm, clipping and AdamW
   uint64_t comm_bytes = 0; // collective buffer bytes this rank enqueued (nccl-tests "size")
+  ZeroTraffic traffic;     // bytes moved per link this step (this rank)
   uint64_t device_peak_bytes = 0;  // largest over ranks (filled on logged steps)
   double tokens_per_s = 0;
   double mfu = 0;
@@ -56,6 +58,7 @@ struct TrainerOptions {
   bool progress = true;         // progress line / log lines on stderr (rank 0)
   CpuOpsMode cpu_ops = CpuOpsMode::fast;  // the scalar reference ops instead (tests)
   std::optional<AdamIsa> adam_isa;        // force a CPU AdamW path (tests, benchmarks)
+  std::vector<FaultRule> io_faults;       // inject NVMe faults (tests; POSIX backend beneath)
   // Called after every step on every rank (tests use it); may be empty.
   std::function<void(const StepRecord&)> on_step;
   // Called on every rank after a step's gradients are reduced, before clipping and AdamW
@@ -91,6 +94,10 @@ class Trainer {
   // mean loss and, when `logits` is not null, the logits (B × T × V).
   double forward_logits(const int32_t* inputs, const int32_t* targets, std::vector<float>* logits);
   int64_t num_params() const;
+  std::vector<std::string> parameter_names() const;  // Hugging Face names, in unit order
+  // This rank's device bytes of model state (shards) and gathered working set (slots), from the
+  // ZeRO engine's own accounting.
+  ZeroMemory state_memory() const;
 
  private:
   struct Impl;

@@ -1,68 +1,223 @@
-// engine/zero.cpp — shards, gather/reduce slots and the optimizer step of the ZeRO-3 engine.
+// engine/zero.cpp — shards on their tiers, gather/reduce slots, NVMe staging, and the optimizer
+// step of the ZeRO-3 engine.
 #include "engine/zero.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/size.h"
 #include "engine/safetensors.h"
+#include "io/backend.h"
+#include "io/fault_backend.h"
+#include "io/file_io.h"
 #include "kernels/ops.h"
+#include "offload/pinned_pool.h"
+#include "offload/swap_space.h"
+#include "offload/swapper.h"
 
 namespace strata {
 
+// One state's shard on its tier: device or host memory in `mem`, or an extent of the swap space
+// named `key`.
+struct ZeroEngine::Shard {
+  Tier tier = Tier::device;
+  Buffer mem;
+  std::string key;
+  size_t bytes = 0;
+  template <class T>
+  T* ptr() const { return mem.as<T>(); }
+};
+
 struct ZeroEngine::Unit {
-  Buffer master;  // (shard) f32 — in fp32 also the compute copy
-  Buffer m, v;    // (shard) f32
-  Buffer grad;    // (shard) f32, accumulated over micro-batches
-  Buffer param16; // (shard) bf16 compute copy, bf16 precision only
+  Shard master, m, v;  // f32, the optimizer's tier
+  Shard grad;          // f32, the grads tier, accumulated over micro-batches
+  Shard param;         // compute copy (f32 or bf16), the params tier; empty when it is the master
   int slot = -1;       // parameter slot holding the gathered unit, -1 when not gathered
   int grad_slot = -1;  // gradient slot during backward
+  PinnedPool::Lease fetch_lease;     // NVMe compute copy being read ahead
+  uint64_t fetch_ticket = 0;         // its swapper ticket, 0 when none
 };
 
 struct ZeroEngine::Slot {
   Buffer full;     // (padded_numel) f32: gathered parameters or a full gradient
   Buffer full16;   // (padded_numel) bf16: gathered compute copy before the cast (bf16 only)
+  Buffer shard;    // (shard) staging of an off-device compute copy before the gather (dp > 1)
   std::unique_ptr<Event> ready;  // the gather (or the backward) into `full` has completed
   std::unique_ptr<Event> free;   // the last reader of `full` has completed
   int owner = -1;  // unit held, -1 when free
 };
 
+// One chunk of the optimizer pipeline: staging for master, m, v and the compute copy.
+struct ZeroEngine::ChunkSet {
+  PinnedPool::Lease buf[4];
+  uint64_t read = 0, write = 0;  // swapper tickets, 0 when none
+};
+
 namespace {
+
 size_t max_padded(const LlamaModel& m) {
   size_t n = 0;
   for (const auto& u : m.units()) n = std::max(n, u.layout.padded_numel());
   return n;
 }
+
+size_t max_shard(const LlamaModel& m) {
+  size_t n = 0;
+  for (const auto& u : m.units()) n = std::max(n, u.layout.shard_numel());
+  return n;
+}
+
+// Calls fn(lo, hi, is_norm) for the pieces of flat range [begin, end) that fall in one view
+// each; padding past the last view goes with the last view.
+template <class Fn>
+void for_each_segment(const FlatLayout& L, size_t begin, size_t end, Fn fn) {
+  const auto& views = L.views();
+  for (size_t vi = 0; vi < views.size(); ++vi) {
+    size_t lo = views[vi].offset;
+    size_t hi = vi + 1 < views.size() ? views[vi + 1].offset : SIZE_MAX;
+    lo = std::max(lo, begin);
+    hi = std::min(hi, end);
+    if (vi == 0) lo = begin;  // nothing precedes the first view
+    if (lo < hi) fn(lo, hi, views[vi].is_norm);
+  }
+}
+
 }  // namespace
+
+Tier effective_grads_tier(const ZeroOptions& o) {
+  return o.optimizer == Tier::device ? o.grads : Tier::host;
+}
+bool zero_param_is_master(const ZeroOptions& o) {
+  return o.precision == Precision::fp32 && o.params == o.optimizer;
+}
+bool zero_direct_params(const ZeroOptions& o, int dp) {
+  return dp == 1 && o.precision == Precision::fp32 && o.params == Tier::device;
+}
+bool zero_aliased_grads(const ZeroOptions& o, int dp) {
+  return dp == 1 && effective_grads_tier(o) == Tier::device && o.grad_accum == 1;
+}
+uint64_t zero_chunk_bytes(const ZeroOptions& o, size_t max_shard_elems) {
+  const uint64_t unit = kShardAlignElems * 4;  // shards are multiples of this
+  return std::clamp<uint64_t>(o.optimizer_chunk / unit * unit, unit, uint64_t(max_shard_elems) * 4);
+}
+bool zero_nvme_params(const ZeroOptions& o) { return o.params == Tier::nvme; }
+bool zero_chunk_io(const ZeroOptions& o) {
+  return o.optimizer == Tier::nvme || (o.params == Tier::nvme && !zero_param_is_master(o));
+}
+
+ZeroOptions zero_options(const Config& cfg) {
+  ZeroOptions zo;
+  zo.precision = cfg.train.precision;
+  zo.prefetch = cfg.zero.prefetch;
+  zo.keep_embedding = cfg.model.tie_embeddings;
+  zo.grad_accum = cfg.train.grad_accum;
+  zo.params = cfg.offload.params;
+  zo.grads = cfg.offload.grads;
+  zo.optimizer = cfg.offload.optimizer;
+  zo.nvme_path = cfg.offload.nvme_path;
+  zo.pinned_mem_limit = cfg.offload.pinned_mem_limit;
+  zo.nvme_prefetch = cfg.offload.prefetch;
+  zo.optimizer_chunk = cfg.offload.optimizer_chunk;
+  zo.io_backend = cfg.io.backend;
+  zo.io_queue_depth = cfg.io.queue_depth;
+  zo.io_block_size = cfg.io.block_size;
+  zo.io_stripe_size = cfg.io.stripe_size;
+  return zo;
+}
 
 ZeroEngine::ZeroEngine(const LlamaModel& model, Device& device, Communicator& dp, Stream& compute,
                        Stream& comm, const ZeroOptions& options)
-    : model_(model), device_(device), dp_(dp), compute_(compute), comm_(comm), opt_(options) {
+    : model_(model), device_(device), dp_(dp), compute_(compute), comm_(comm), opt_(options),
+      grads_tier_(effective_grads_tier(options)) {
   STRATA_CHECK(model.unit(0).layout.dp() == dp.size(), "zero::init", "layouts finalized for dp=",
                model.unit(0).layout.dp(), " but the data-parallel group has ", dp.size(), " ranks");
+  STRATA_CHECK(opt_.grads != Tier::nvme, "zero::init", "gradients cannot live on NVMe");
+  const bool host_ok = device.host_addressable();
+  if (!host_ok && (opt_.optimizer != Tier::device || opt_.params != Tier::device))
+    fail("zero::init",
+         str("offload.params = ", tier_name(opt_.params), " and offload.optimizer = ",
+             tier_name(opt_.optimizer), " are not available on the ", device.name(), " yet"),
+         "keep every state on the device with this device, or train on the CPU device");
   const bool bf16 = opt_.precision == Precision::bf16;
+  const size_t esz = param_elem_bytes();
+
+  // ---- the NVMe tier: swap space, its FileIO and the swapper thread ----
+  const bool nvme_params = zero_nvme_params(opt_);
+  const bool nvme_opt = opt_.optimizer == Tier::nvme;
+  if (nvme_params || nvme_opt) {
+    if (opt_.nvme_path.empty())
+      fail("zero::init", "a state is placed on nvme but offload.nvme_path is empty",
+           "set offload.nvme_path to one directory per NVMe device, e.g. --set offload.nvme_path=/mnt/nvme0");
+    for (const auto& d : opt_.nvme_path) {
+      std::error_code ec;
+      std::filesystem::create_directories(d, ec);
+      if (ec)
+        fail("zero::init", str("cannot create offload.nvme_path directory '", d, "': ", ec.message()));
+    }
+    uint64_t need = 0;
+    for (const auto& u : model.units()) {
+      uint64_t n = u.layout.shard_numel();
+      if (nvme_opt) need += 3 * n * 4;
+      if (nvme_params && !param_is_master()) need += n * esz;
+    }
+    IoOptions io;
+    io.backend = opt_.io_backend;
+    io.queue_depth = opt_.io_queue_depth;
+    io.block_size = opt_.io_block_size;
+    io.name = "nvme";
+    if (opt_.io_faults.empty()) {
+      io_ = make_file_io(io, opt_.nvme_path);
+    } else {  // tests: the POSIX backend under a fault injector
+      io_ = std::make_unique<FileIO>(make_fault_backend(make_posix_backend(io.queue_depth), opt_.io_faults), io);
+    }
+    SwapSpaceOptions so;
+    so.dirs = opt_.nvme_path;
+    so.capacity_bytes = need + uint64_t(model.num_units()) * 4 * opt_.io_stripe_size;
+    so.stripe_bytes = opt_.io_stripe_size;
+    so.name = str("rank", dp.rank());
+    swap_ = std::make_unique<SwapSpace>(*io_, so);
+    swapper_ = std::make_unique<Swapper>(*io_);
+  }
+
+  // ---- shards ----
   units_.resize(static_cast<size_t>(model.num_units()));
+  auto place = [&](Shard& sh, Tier tier, size_t bytes, const std::string& key, const char* what,
+                   bool pinned) {
+    sh.tier = tier;
+    sh.bytes = bytes;
+    if (tier == Tier::device) sh.mem = device.alloc(bytes, what);
+    else if (tier == Tier::host) sh.mem = device.alloc_host(bytes, pinned, what);
+    else {
+      sh.key = key;
+      swap_->allocate(key, bytes);
+    }
+  };
   for (int u = 0; u < model.num_units(); ++u) {
     Unit& s = units_[size_t(u)];
-    size_t n = model.unit(u).layout.shard_numel();
-    s.master = device.alloc(n * 4, "master weights shard");
-    s.m = device.alloc(n * 4, "AdamW m shard");
-    s.v = device.alloc(n * 4, "AdamW v shard");
-    s.grad = device.alloc(n * 4, "gradient shard");
-    if (bf16) s.param16 = device.alloc(n * 2, "bf16 parameter shard");
-    compute.fill_zero(s.m.data(), n * 4);
-    compute.fill_zero(s.v.data(), n * 4);
-    compute.fill_zero(s.grad.data(), n * 4);
+    const size_t n = model.unit(u).layout.shard_numel();
+    const std::string k = str("unit", u, "/");
+    place(s.master, opt_.optimizer, n * 4, k + "master", "master weights shard", false);
+    place(s.m, opt_.optimizer, n * 4, k + "m", "AdamW m shard", false);
+    place(s.v, opt_.optimizer, n * 4, k + "v", "AdamW v shard", false);
+    place(s.grad, grads_tier_, n * 4, "", "gradient shard", true);
+    if (!param_is_master())
+      place(s.param, opt_.params, n * esz, k + "param", bf16 ? "bf16 parameter shard" : "f32 parameter shard", true);
   }
-  size_t full = max_padded(model);
-  if (!aliased_params()) {
+
+  // ---- slots ----
+  const size_t full = max_padded(model), shard = max_shard(model);
+  if (!direct_params()) {
     int n_slots = opt_.prefetch + 1 + (opt_.keep_embedding ? 1 : 0);
     param_slots_.resize(size_t(n_slots));
     for (auto& sl : param_slots_) {
       sl.full = device.alloc(full * 4, "gathered parameters");
       if (bf16) sl.full16 = device.alloc(full * 2, "gathered bf16 parameters");
+      if (dp.size() > 1 && opt_.params != Tier::device)
+        sl.shard = device.alloc(shard * esz, "staged parameter shard");
       sl.ready = device.make_event();
       sl.free = device.make_event();
     }
@@ -75,12 +230,56 @@ ZeroEngine::ZeroEngine(const LlamaModel& model, Device& device, Communicator& dp
       sl.ready = device.make_event();
       sl.free = device.make_event();
     }
-    size_t shard = 0;
-    for (const auto& u : model.units()) shard = std::max(shard, u.layout.shard_numel());
-    reduce_tmp_ = device.alloc(shard * 4, "reduce-scatter result");
+    if (dp.size() > 1) reduce_tmp_ = device.alloc(shard * 4, "reduce-scatter result");
+    if (grads_tier_ == Tier::host && !host_ok)
+      grad_stage_ = device.alloc_host(shard * 4, true, "gradient staging");
   }
   norm_parts_ = device.alloc(units_.size() * 8, "gradient norm partial sums");
   norm_host_ = device.alloc_host(units_.size() * 8, true, "gradient norm partial sums");
+
+  // ---- pinned staging pools (budget offload.pinned_mem_limit) ----
+  const uint64_t chunk_bytes = zero_chunk_bytes(opt_, shard);
+  const bool chunk_io = zero_chunk_io(opt_);
+  const uint64_t chunk_need = chunk_io ? 3 * 4 * chunk_bytes : 0;
+  const uint64_t pinned_min = chunk_need + (nvme_params ? shard * esz : 0);
+  if (opt_.pinned_mem_limit && opt_.pinned_mem_limit < pinned_min)
+    fail("zero::init",
+         str("offload.pinned_mem_limit = ", format_bytes(opt_.pinned_mem_limit),
+             " is too small: NVMe staging needs at least ", format_bytes(pinned_min), " (",
+             chunk_io ? str("12 optimizer chunks of ", format_bytes(chunk_bytes)) : std::string(),
+             nvme_params ? str(" + one parameter shard of ", format_bytes(shard * esz)) : std::string(), ")"),
+         "raise offload.pinned_mem_limit (0 sizes it as needed) or lower offload.optimizer_chunk");
+  if (chunk_io) chunk_pool_ = std::make_unique<PinnedPool>(device, chunk_need, chunk_bytes, 12, "optimizer chunk");
+  if (nvme_params) {
+    uint64_t budget = 0;
+    if (opt_.pinned_mem_limit) {
+      budget = opt_.pinned_mem_limit > chunk_need ? opt_.pinned_mem_limit - chunk_need : 0;
+      budget = std::min<uint64_t>(budget, uint64_t(opt_.nvme_prefetch + 1) * shard * esz);
+    }
+    param_pool_ = std::make_unique<PinnedPool>(device, budget, shard * esz,
+                                               budget ? 1 : opt_.nvme_prefetch + 1, "parameter");
+  }
+
+  // ---- zeroed state ----
+  std::vector<char> zeros;
+  for (int u = 0; u < model.num_units(); ++u) {
+    Unit& s = units_[size_t(u)];
+    const size_t n = model.unit(u).layout.shard_numel();
+    for (Shard* sh : {&s.m, &s.v, &s.grad}) {
+      if (sh->tier == Tier::device) compute.fill_zero(sh->mem.data(), sh->bytes);
+      else if (sh->tier == Tier::host) std::memset(sh->mem.data(), 0, sh->bytes);
+      else {
+        zeros.assign(std::min<size_t>(n * 4, chunk_bytes), 0);
+        Buffer z = device.alloc_host(zeros.size(), true, "zero staging");
+        std::memset(z.data(), 0, z.bytes());
+        std::vector<IoRequest> reqs;
+        for (size_t off = 0; off < n * 4; off += z.bytes())
+          reqs.push_back(swap_->request(IoOp::write, sh->key, z.data(), std::min<size_t>(z.bytes(), n * 4 - off), off));
+        swapper_->wait(swapper_->submit(std::move(reqs)));
+      }
+    }
+  }
+  compute.synchronize();
 }
 
 ZeroEngine::~ZeroEngine() {
@@ -90,32 +289,86 @@ ZeroEngine::~ZeroEngine() {
   } catch (const std::exception& e) {
     log_warn("zero", "error while draining streams at shutdown: ", e.what());
   }
+  for (auto& s : units_)
+    if (s.fetch_ticket) {
+      try {
+        swapper_->wait(s.fetch_ticket);
+      } catch (...) {
+      }
+    }
 }
 
-bool ZeroEngine::aliased_params() const {
-  return dp_.size() == 1 && opt_.precision == Precision::fp32;
+bool ZeroEngine::param_is_master() const { return zero_param_is_master(opt_); }
+bool ZeroEngine::direct_params() const { return zero_direct_params(opt_, dp_.size()); }
+bool ZeroEngine::aliased_grads() const { return zero_aliased_grads(opt_, dp_.size()); }
+
+const ZeroEngine::Shard& ZeroEngine::param_shard(const Unit& s) const {
+  return param_is_master() ? s.master : s.param;
 }
-bool ZeroEngine::aliased_grads() const { return dp_.size() == 1; }
+
+// ---- host access to shards on any tier ------------------------------------------------------
+
+void ZeroEngine::read_shard(const Shard& sh, size_t esz, size_t begin, size_t count, void* host) {
+  const size_t off = begin * esz, bytes = count * esz;
+  switch (sh.tier) {
+    case Tier::device:
+      compute_.copy(host, sh.mem.as<char>() + off, bytes);
+      compute_.synchronize();
+      traffic_.d2h_bytes += bytes;
+      return;
+    case Tier::host: std::memcpy(host, sh.mem.as<char>() + off, bytes); return;
+    case Tier::nvme: {
+      // Direct I/O wants aligned memory: go through a staging buffer. Callers move whole shards
+      // or chunks, whose offsets and lengths are multiples of 4 KiB.
+      STRATA_CHECK(off % 4096 == 0 && bytes % 4096 == 0, "zero::read_shard", "unaligned range");
+      Buffer stage = device_.alloc_host(bytes, true, "nvme staging");
+      swapper_->wait(swapper_->submit({swap_->request(IoOp::read, sh.key, stage.data(), bytes, off)}));
+      std::memcpy(host, stage.data(), bytes);
+      return;
+    }
+  }
+}
+
+void ZeroEngine::write_shard(Shard& sh, size_t esz, size_t begin, size_t count, const void* host) {
+  const size_t off = begin * esz, bytes = count * esz;
+  switch (sh.tier) {
+    case Tier::device:
+      compute_.copy(sh.mem.as<char>() + off, host, bytes);
+      compute_.synchronize();
+      traffic_.h2d_bytes += bytes;
+      return;
+    case Tier::host: std::memcpy(sh.mem.as<char>() + off, host, bytes); return;
+    case Tier::nvme: {
+      STRATA_CHECK(off % 4096 == 0 && bytes % 4096 == 0, "zero::write_shard", "unaligned range");
+      Buffer stage = device_.alloc_host(bytes, true, "nvme staging");
+      std::memcpy(stage.data(), host, bytes);
+      swapper_->wait(swapper_->submit({swap_->request(IoOp::write, sh.key, stage.data(), bytes, off)}));
+      return;
+    }
+  }
+}
+
+void ZeroEngine::write_master_values(Unit& s, size_t begin, size_t count, const float* values) {
+  write_shard(s.master, 4, begin, count, values);
+  if (param_is_master()) return;
+  if (opt_.precision == Precision::bf16) {
+    std::vector<uint16_t> b(count);
+    convert_f32_to_bf16(values, b.data(), count);
+    write_shard(s.param, 2, begin, count, b.data());
+  } else {
+    write_shard(s.param, 4, begin, count, values);
+  }
+}
 
 // ---- initialization -------------------------------------------------------------------------
 
 void ZeroEngine::init_from_seed(uint64_t seed) {
   const int rank = dp_.rank();
   for (int u = 0; u < model_.num_units(); ++u) {
-    const FlatLayout& L = model_.unit(u).layout;
-    size_t n = L.shard_numel();
-    Buffer host = device_.alloc_host(n * 4, true, "initialization staging");
-    model_.init_values(u, seed, size_t(rank) * n, n, host.as<float>());
-    compute_.copy(units_[size_t(u)].master.data(), host.data(), n * 4);
-    compute_.synchronize();  // the staging buffer is reused/freed next
-  }
-  if (opt_.precision == Precision::bf16) {
-    for (int u = 0; u < model_.num_units(); ++u) {
-      Unit& s = units_[size_t(u)];
-      device_.ops().cast_f32_to_bf16(compute_, s.param16.as<uint16_t>(), s.master.as<float>(),
-                                     model_.unit(u).layout.shard_numel());
-    }
-    compute_.synchronize();
+    const size_t n = model_.unit(u).layout.shard_numel();
+    std::vector<float> values(n);
+    model_.init_values(u, seed, size_t(rank) * n, n, values.data());
+    write_master_values(units_[size_t(u)], 0, n, values.data());
   }
 }
 
@@ -124,9 +377,7 @@ void ZeroEngine::init_from(const SafetensorsReader& reader) {
   for (int u = 0; u < model_.num_units(); ++u) {
     const FlatLayout& L = model_.unit(u).layout;
     size_t n = L.shard_numel(), begin = size_t(rank) * n, end = begin + n;
-    Buffer host = device_.alloc_host(n * 4, true, "checkpoint staging");
-    float* h = host.as<float>();
-    std::memset(h, 0, n * 4);
+    std::vector<float> h(n, 0.0f);
     for (const auto& v : L.views()) {
       size_t b = std::max(begin, v.offset), e = std::min(end, v.offset + v.numel);
       if (b >= e) continue;
@@ -139,18 +390,9 @@ void ZeroEngine::init_from(const SafetensorsReader& reader) {
                                     want, "]"),
              "the checkpoint's config.json and tensors disagree, or the file is from another model");
       }
-      reader.read_f32(v.name, h + (b - begin), int64_t(b - v.offset), int64_t(e - b));
+      reader.read_f32(v.name, h.data() + (b - begin), int64_t(b - v.offset), int64_t(e - b));
     }
-    compute_.copy(units_[size_t(u)].master.data(), h, n * 4);
-    compute_.synchronize();
-  }
-  if (opt_.precision == Precision::bf16) {
-    for (int u = 0; u < model_.num_units(); ++u) {
-      Unit& s = units_[size_t(u)];
-      device_.ops().cast_f32_to_bf16(compute_, s.param16.as<uint16_t>(), s.master.as<float>(),
-                                     model_.unit(u).layout.shard_numel());
-    }
-    compute_.synchronize();
+    write_master_values(units_[size_t(u)], 0, n, h.data());
   }
 }
 
@@ -168,28 +410,79 @@ ZeroEngine::Slot& ZeroEngine::take_slot(std::vector<Slot>& pool, int u, const ch
        "this is a scheduling bug: more units acquired or prefetched than the pool allows");
 }
 
+void ZeroEngine::begin_pass(const std::vector<int>& order) {
+  order_ = order;
+  if (!param_pool_) return;
+  const int ahead = std::min(opt_.nvme_prefetch, param_pool_->count() - 1);
+  for (int k = 0; k < ahead && k < int(order_.size()); ++k) fetch_param(order_[size_t(k)]);
+}
+
+void ZeroEngine::fetch_param(int u) {
+  if (u < 0 || u >= model_.num_units()) return;
+  Unit& s = units_[size_t(u)];
+  const Shard& src = param_shard(s);
+  if (src.tier != Tier::nvme || s.fetch_ticket || s.slot >= 0) return;
+  s.fetch_lease = param_pool_->acquire();
+  s.fetch_ticket = swapper_->submit({swap_->request(IoOp::read, src.key, s.fetch_lease.data, src.bytes)});
+}
+
 void ZeroEngine::prefetch(int u) {
-  if (aliased_params() || u < 0 || u >= model_.num_units()) return;
+  if (direct_params() || u < 0 || u >= model_.num_units()) return;
   Unit& s = units_[size_t(u)];
   if (s.slot >= 0) return;
   Slot& sl = take_slot(param_slots_, u, "parameter");
   s.slot = int(&sl - param_slots_.data());
   const FlatLayout& L = model_.unit(u).layout;
+  const bool bf16 = opt_.precision == Precision::bf16;
+  const size_t n = L.shard_numel(), bytes = n * param_elem_bytes();
+  const CommType ct = bf16 ? CommType::bf16 : CommType::f32;
+  void* gathered = bf16 ? sl.full16.data() : sl.full.data();
   comm_.wait(*sl.free);  // the previous occupant's readers are done
-  comm_bytes_ += L.padded_numel() * (opt_.precision == Precision::bf16 ? 2 : 4);
-  if (opt_.precision == Precision::bf16) {
-    dp_.all_gather(comm_, sl.full16.data(), s.param16.data(), L.shard_numel(), CommType::bf16);
-    device_.ops().cast_bf16_to_f32(comm_, sl.full.as<float>(), sl.full16.as<uint16_t>(),
-                                   L.padded_numel());
+  const Shard& ps = param_shard(s);
+  const void* src = nullptr;
+  if (ps.tier == Tier::device) {
+    src = ps.mem.data();
   } else {
-    dp_.all_gather(comm_, sl.full.data(), s.master.data(), L.shard_numel(), CommType::f32);
+    // Off the device: copy the shard in (host memory or the NVMe staging buffer) on the
+    // communication stream, straight into the gathered buffer when there is one rank.
+    void* stage = dp_.size() == 1 ? gathered : sl.shard.data();
+    if (ps.tier == Tier::host) {
+      comm_.copy(stage, ps.mem.data(), bytes);
+    } else {
+      fetch_param(u);
+      swapper_->wait(s.fetch_ticket);
+      s.fetch_ticket = 0;
+      comm_.copy(stage, s.fetch_lease.data, bytes);
+      param_pool_->release(s.fetch_lease, &comm_);
+      s.fetch_lease = {};
+    }
+    traffic_.h2d_bytes += bytes;
+    src = stage;
+  }
+  if (bf16 && dp_.size() == 1) {
+    device_.ops().cast_bf16_to_f32(comm_, sl.full.as<float>(), static_cast<const uint16_t*>(src), n);
+  } else {
+    dp_.all_gather(comm_, gathered, src, n, ct);
+    traffic_.comm_bytes += L.padded_numel() * param_elem_bytes();
+    if (bf16)
+      device_.ops().cast_bf16_to_f32(comm_, sl.full.as<float>(), sl.full16.as<uint16_t>(),
+                                     L.padded_numel());
   }
   comm_.record(*sl.ready);
 }
 
 const float* ZeroEngine::acquire(int u) {
+  // Read ahead on NVMe along the pass order.
+  // Read ahead on NVMe along the pass order, as far as the staging pool allows (the buffer of
+  // unit u itself may still be held until its gather is enqueued).
+  if (param_pool_ && !order_.empty()) {
+    const int ahead = std::min(opt_.nvme_prefetch, param_pool_->count() - 1);
+    auto it = std::find(order_.begin(), order_.end(), u);
+    for (int k = 1; k <= ahead && it != order_.end() && it + k < order_.end(); ++k)
+      fetch_param(*(it + k));
+  }
   Unit& s = units_[size_t(u)];
-  if (aliased_params()) return s.master.as<float>();
+  if (direct_params()) return param_shard(s).ptr<float>();
   if (s.slot < 0) prefetch(u);
   Slot& sl = param_slots_[size_t(s.slot)];
   compute_.wait(*sl.ready);
@@ -197,7 +490,7 @@ const float* ZeroEngine::acquire(int u) {
 }
 
 void ZeroEngine::release(int u) {
-  if (aliased_params()) return;
+  if (direct_params()) return;
   Unit& s = units_[size_t(u)];
   if (s.slot < 0) return;
   Slot& sl = param_slots_[size_t(s.slot)];
@@ -208,11 +501,11 @@ void ZeroEngine::release(int u) {
 
 float* ZeroEngine::acquire_grad(int u) {
   Unit& s = units_[size_t(u)];
-  if (aliased_grads()) return s.grad.as<float>();  // one rank: accumulate into the shard itself
+  if (aliased_grads()) return s.grad.ptr<float>();  // one rank: accumulate into the shard itself
   if (s.grad_slot >= 0) return grad_slots_[size_t(s.grad_slot)].full.as<float>();
   Slot& sl = take_slot(grad_slots_, u, "gradient");
   s.grad_slot = int(&sl - grad_slots_.data());
-  compute_.wait(*sl.free);  // the previous reduce-scatter out of this slot has completed
+  compute_.wait(*sl.free);  // the previous reduction out of this slot has completed
   compute_.fill_zero(sl.full.data(), model_.unit(u).layout.padded_numel() * 4);
   return sl.full.as<float>();
 }
@@ -223,13 +516,27 @@ void ZeroEngine::reduce_grad(int u) {
   STRATA_CHECK(s.grad_slot >= 0, "zero::reduce_grad", "unit ", u, " has no gradient slot");
   Slot& sl = grad_slots_[size_t(s.grad_slot)];
   const FlatLayout& L = model_.unit(u).layout;
+  const size_t n = L.shard_numel();
   compute_.record(*sl.ready);
   comm_.wait(*sl.ready);
-  dp_.reduce_scatter(comm_, reduce_tmp_.data(), sl.full.data(), L.shard_numel(), CommType::f32,
-                     ReduceOp::sum);
-  comm_bytes_ += L.padded_numel() * 4;
-  device_.ops().add(comm_, s.grad.as<float>(), s.grad.as<float>(), reduce_tmp_.as<float>(),
-                    L.shard_numel());
+  const float* part = sl.full.as<float>();  // one rank: the full gradient is the shard
+  if (dp_.size() > 1) {
+    dp_.reduce_scatter(comm_, reduce_tmp_.data(), sl.full.data(), n, CommType::f32, ReduceOp::sum);
+    traffic_.comm_bytes += L.padded_numel() * 4;
+    part = reduce_tmp_.as<float>();
+  }
+  float* g = s.grad.ptr<float>();
+  if (grads_tier_ == Tier::device || device_.host_addressable()) {
+    device_.ops().add(comm_, g, g, part, n);
+    if (grads_tier_ == Tier::host) traffic_.d2h_bytes += n * 4;
+  } else {
+    float* stage = grad_stage_.as<float>();
+    comm_.copy(stage, part, n * 4);
+    comm_.host_task("accumulate host gradient", [g, stage, n] {
+      for (size_t i = 0; i < n; ++i) g[i] += stage[i];
+    });
+    traffic_.d2h_bytes += n * 4;
+  }
   comm_.record(*sl.free);
   sl.owner = -1;
   s.grad_slot = -1;
@@ -242,14 +549,23 @@ double ZeroEngine::grad_norm() {
   comm_.synchronize();
   Ops& ops = device_.ops();
   double* parts = norm_parts_.as<double>();
-  for (int u = 0; u < model_.num_units(); ++u)
-    ops.sum_squares(compute_, parts + u, units_[size_t(u)].grad.as<float>(),
-                    model_.unit(u).layout.shard_numel());
-  compute_.copy(norm_host_.data(), parts, units_.size() * 8);
-  compute_.synchronize();
-  double local = 0;
-  for (size_t u = 0; u < units_.size(); ++u) local += norm_host_.as<double>()[u];
   double* h = norm_host_.as<double>();
+  if (grads_tier_ == Tier::device || device_.host_addressable()) {
+    for (int u = 0; u < model_.num_units(); ++u)
+      ops.sum_squares(compute_, parts + u, units_[size_t(u)].grad.ptr<float>(),
+                      model_.unit(u).layout.shard_numel());
+    compute_.copy(h, parts, units_.size() * 8);
+    compute_.synchronize();
+  } else {
+    for (int u = 0; u < model_.num_units(); ++u) {
+      const float* g = units_[size_t(u)].grad.ptr<float>();
+      double acc = 0;
+      for (size_t i = 0; i < model_.unit(u).layout.shard_numel(); ++i) acc += double(g[i]) * g[i];
+      h[u] = acc;
+    }
+  }
+  double local = 0;
+  for (size_t u = 0; u < units_.size(); ++u) local += h[u];
   h[0] = local;
   if (dp_.size() > 1) {
     dp_.all_reduce(comm_, h, 1, CommType::f64, ReduceOp::sum);
@@ -262,41 +578,153 @@ void ZeroEngine::optimizer_step(const AdamWHyper& hyper, int64_t step, float gra
                                 bool decay_norms) {
   compute_.synchronize();
   comm_.synchronize();
-  STRATA_CHECK(device_.kind() == DeviceKind::cpu, "zero::optimizer_step",
-               "device-resident optimizer states need the device's AdamW kernel");
-  const int rank = dp_.rank();
-  const bool bf16 = opt_.precision == Precision::bf16;
   for (int u = 0; u < model_.num_units(); ++u) {
-    Unit& s = units_[size_t(u)];
-    const FlatLayout& L = model_.unit(u).layout;
-    const size_t n = L.shard_numel(), begin = size_t(rank) * n, end = begin + n;
-    // Split the shard at view boundaries so norm weights can skip weight decay; padding is
-    // stepped with the preceding view (it stays zero: zero gradient, zero state).
-    size_t pos = begin;
-    for (size_t vi = 0; vi < L.views().size() && pos < end; ++vi) {
-      const ParamView& v = L.views()[vi];
-      size_t seg_end = (vi + 1 < L.views().size()) ? std::min(end, L.views()[vi + 1].offset) : end;
-      if (seg_end <= pos) continue;
+    if (opt_.optimizer == Tier::device && !device_.host_addressable())
+      step_unit_on_device(u, hyper, step, grad_scale, decay_norms);
+    else
+      step_unit_chunked(u, hyper, step, grad_scale, decay_norms);
+  }
+  compute_.synchronize();
+  if (swapper_) swapper_->wait_all();  // every write has landed before the next pass reads
+}
+
+// Device-resident states on a device the host cannot address: the device's AdamW kernel.
+void ZeroEngine::step_unit_on_device(int u, const AdamWHyper& hyper, int64_t step, float grad_scale,
+                                     bool decay_norms) {
+  Unit& s = units_[size_t(u)];
+  const FlatLayout& L = model_.unit(u).layout;
+  const size_t n = L.shard_numel(), base = size_t(dp_.rank()) * n;
+  const bool bf16 = opt_.precision == Precision::bf16;
+  for_each_segment(L, base, base + n, [&](size_t lo, size_t hi, bool is_norm) {
+    AdamWHyper h = hyper;
+    if (is_norm && !decay_norms) h.weight_decay = 0.0f;
+    size_t o = lo - base;
+    AdamWTensors t;
+    t.param = s.master.ptr<float>() + o;
+    t.grad = s.grad.ptr<float>() + o;
+    t.m = s.m.ptr<float>() + o;
+    t.v = s.v.ptr<float>() + o;
+    t.param_bf16 = bf16 ? s.param.ptr<uint16_t>() + o : nullptr;
+    t.n = hi - lo;
+    adamw_update_on_stream(compute_, h, step, grad_scale, t, opt_.adam_isa);
+  });
+}
+
+// States the host can address (any tier on the CPU device; host or NVMe otherwise): the CPU
+// AdamW over chunks of offload.optimizer_chunk bytes. NVMe-resident arrays stream through three
+// staging sets — chunk k+1 is read while k is updated and k−1 is written.
+void ZeroEngine::step_unit_chunked(int u, const AdamWHyper& hyper, int64_t step, float grad_scale,
+                                   bool decay_norms) {
+  Unit& s = units_[size_t(u)];
+  const FlatLayout& L = model_.unit(u).layout;
+  const size_t n = L.shard_numel(), base = size_t(dp_.rank()) * n;
+  const bool bf16 = opt_.precision == Precision::bf16;
+  const size_t esz = param_elem_bytes();
+  const bool separate_param = !param_is_master();
+  const size_t chunk = chunk_pool_ ? chunk_pool_->buffer_bytes() / 4 : n;  // elements
+  const size_t nchunks = (n + chunk - 1) / chunk;
+  Shard* states[3] = {&s.master, &s.m, &s.v};
+  const bool opt_nvme = opt_.optimizer == Tier::nvme;
+  const bool param_nvme = separate_param && s.param.tier == Tier::nvme;
+
+  ChunkSet sets[3];
+  auto acquire_set = [&](ChunkSet& set) {
+    if (set.write) {
+      swapper_->wait(set.write);
+      set.write = 0;
+    }
+    for (int i = 0; i < 4; ++i)
+      if (!set.buf[i]) set.buf[i] = chunk_pool_->acquire();
+  };
+  auto issue_read = [&](size_t k, ChunkSet& set) {
+    if (!opt_nvme) return;
+    acquire_set(set);
+    const size_t lo = k * chunk, cnt = std::min(chunk, n - lo);
+    std::vector<IoRequest> reqs;
+    for (int i = 0; i < 3; ++i)
+      reqs.push_back(swap_->request(IoOp::read, states[i]->key, set.buf[i].data, cnt * 4, lo * 4));
+    set.read = swapper_->submit(std::move(reqs));
+  };
+
+  if (nchunks > 0) issue_read(0, sets[0]);
+  for (size_t k = 0; k < nchunks; ++k) {
+    ChunkSet& set = sets[k % 3];
+    if (k + 1 < nchunks) issue_read(k + 1, sets[(k + 1) % 3]);
+    if (opt_nvme) {
+      swapper_->wait(set.read);
+      set.read = 0;
+    } else if (param_nvme) {
+      acquire_set(set);
+    }
+    const size_t lo = k * chunk, cnt = std::min(chunk, n - lo);
+    float* ptr[3];
+    for (int i = 0; i < 3; ++i)
+      ptr[i] = opt_nvme ? static_cast<float*>(set.buf[i].data) : states[i]->ptr<float>() + lo;
+    void* param_out = nullptr;  // where the refreshed compute copy of this chunk goes
+    if (separate_param)
+      param_out = param_nvme ? set.buf[3].data : static_cast<void*>(s.param.ptr<char>() + lo * esz);
+    const float* g = s.grad.ptr<float>() + lo;
+    for_each_segment(L, base + lo, base + lo + cnt, [&](size_t a, size_t b, bool is_norm) {
       AdamWHyper h = hyper;
-      if (v.is_norm && !decay_norms) h.weight_decay = 0.0f;
-      size_t o = pos - begin, cnt = seg_end - pos;
+      if (is_norm && !decay_norms) h.weight_decay = 0.0f;
+      const size_t o = a - base - lo;
       AdamWTensors t;
-      t.param = s.master.as<float>() + o;
-      t.grad = s.grad.as<float>() + o;
-      t.m = s.m.as<float>() + o;
-      t.v = s.v.as<float>() + o;
-      t.param_bf16 = bf16 ? s.param16.as<uint16_t>() + o : nullptr;
-      t.n = cnt;
+      t.param = ptr[0] + o;
+      t.grad = g + o;
+      t.m = ptr[1] + o;
+      t.v = ptr[2] + o;
+      t.param_bf16 = (separate_param && bf16) ? static_cast<uint16_t*>(param_out) + o : nullptr;
+      t.n = b - a;
       if (opt_.adam_isa) adamw_update_isa(*opt_.adam_isa, h, step, grad_scale, t);
       else adamw_update(h, step, grad_scale, t);
-      pos = seg_end;
+    });
+    if (separate_param && !bf16) std::memcpy(param_out, ptr[0], cnt * 4);
+    if (opt_nvme || param_nvme) {
+      std::vector<IoRequest> reqs;
+      if (opt_nvme)
+        for (int i = 0; i < 3; ++i)
+          reqs.push_back(swap_->request(IoOp::write, states[i]->key, set.buf[i].data, cnt * 4, lo * 4));
+      if (param_nvme)
+        reqs.push_back(swap_->request(IoOp::write, s.param.key, set.buf[3].data, cnt * esz, lo * esz));
+      set.write = swapper_->submit(std::move(reqs));
     }
+  }
+  for (auto& set : sets) {
+    if (set.write) swapper_->wait(set.write);
+    for (auto& b : set.buf) chunk_pool_->release(b);
   }
 }
 
 void ZeroEngine::zero_grads() {
-  for (int u = 0; u < model_.num_units(); ++u)
-    compute_.fill_zero(units_[size_t(u)].grad.data(), model_.unit(u).layout.shard_numel() * 4);
+  for (int u = 0; u < model_.num_units(); ++u) {
+    Shard& g = units_[size_t(u)].grad;
+    if (g.tier == Tier::device) compute_.fill_zero(g.mem.data(), g.bytes);
+    else std::memset(g.mem.data(), 0, g.bytes);
+  }
+}
+
+// ---- export ---------------------------------------------------------------------------------
+
+std::vector<float> ZeroEngine::gather_unit_to_host(int u) { return gather_to_host(u, false); }
+std::vector<float> ZeroEngine::gather_grad_to_host(int u) { return gather_to_host(u, true); }
+
+std::vector<float> ZeroEngine::gather_to_host(int u, bool grads) {
+  const FlatLayout& L = model_.unit(u).layout;
+  const size_t n = L.shard_numel();
+  compute_.synchronize();
+  comm_.synchronize();
+  std::vector<float> mine(n);
+  const Unit& s = units_[size_t(u)];
+  read_shard(grads ? s.grad : s.master, 4, 0, n, mine.data());
+  Buffer shard = device_.alloc(n * 4, "export staging");
+  Buffer full = device_.alloc(L.padded_numel() * 4, "export gather");
+  comm_.copy(shard.data(), mine.data(), n * 4);
+  dp_.all_gather(comm_, full.data(), shard.data(), n, CommType::f32);
+  std::vector<float> out(L.padded_numel());
+  comm_.copy(out.data(), full.data(), L.padded_numel() * 4);
+  comm_.synchronize();
+  out.resize(L.numel());
+  return out;
 }
 
 void ZeroEngine::set_values(int u, size_t offset, const std::vector<float>& values) {
@@ -306,34 +734,11 @@ void ZeroEngine::set_values(int u, size_t offset, const std::vector<float>& valu
   const size_t n = model_.unit(u).layout.shard_numel(), begin = size_t(dp_.rank()) * n;
   size_t b = std::max(begin, offset), e = std::min(begin + n, offset + values.size());
   if (b >= e) return;
-  compute_.copy(s.master.as<float>() + (b - begin), values.data() + (b - offset), (e - b) * 4);
-  if (opt_.precision == Precision::bf16)
-    device_.ops().cast_f32_to_bf16(compute_, s.param16.as<uint16_t>() + (b - begin),
-                                   s.master.as<float>() + (b - begin), e - b);
-  compute_.synchronize();
-}
-
-// ---- export ---------------------------------------------------------------------------------
-
-std::vector<float> ZeroEngine::gather_unit_to_host(int u) {
-  return gather_to_host(u, units_[size_t(u)].master);
-}
-
-std::vector<float> ZeroEngine::gather_grad_to_host(int u) {
-  return gather_to_host(u, units_[size_t(u)].grad);
-}
-
-std::vector<float> ZeroEngine::gather_to_host(int u, const Buffer& shard) {
-  const FlatLayout& L = model_.unit(u).layout;
-  Buffer full = device_.alloc(L.padded_numel() * 4, "export gather");
-  compute_.synchronize();
-  comm_.synchronize();
-  dp_.all_gather(comm_, full.data(), shard.data(), L.shard_numel(), CommType::f32);
-  std::vector<float> out(L.padded_numel());
-  comm_.copy(out.data(), full.data(), L.padded_numel() * 4);
-  comm_.synchronize();
-  out.resize(L.numel());
-  return out;
+  std::vector<float> shard(n);
+  read_shard(s.master, 4, 0, n, shard.data());
+  std::copy(values.begin() + long(b - offset), values.begin() + long(e - offset),
+            shard.begin() + long(b - begin));
+  write_master_values(s, 0, n, shard.data());
 }
 
 void ZeroEngine::save(const std::string& dir, DType dtype) {
@@ -354,21 +759,37 @@ void ZeroEngine::save(const std::string& dir, DType dtype) {
       writer->write_f32(v.name, values.data() + v.offset, int64_t(v.numel));
   }
   if (writer) writer->finish();
-}
-
-uint64_t ZeroEngine::take_comm_bytes() {
-  uint64_t b = comm_bytes_;
-  comm_bytes_ = 0;
-  return b;
+  dp_.barrier(comm_);  // when save returns on any rank, the files are in place
+  comm_.synchronize();
 }
 
 ZeroMemory ZeroEngine::memory() const {
   ZeroMemory m;
   for (const auto& s : units_)
-    m.shard_bytes += s.master.bytes() + s.m.bytes() + s.v.bytes() + s.grad.bytes() + s.param16.bytes();
-  for (const auto& sl : param_slots_) m.gathered_bytes += sl.full.bytes() + sl.full16.bytes();
+    for (const Shard* sh : {&s.master, &s.m, &s.v, &s.grad, &s.param}) {
+      if (!sh->bytes) continue;
+      if (sh->tier == Tier::device) m.shard_bytes += sh->mem.bytes();
+      else if (sh->tier == Tier::host) m.host_bytes += sh->mem.bytes();
+      else m.nvme_bytes += sh->bytes;
+    }
+  for (const auto& sl : param_slots_) m.gathered_bytes += sl.full.bytes() + sl.full16.bytes() + sl.shard.bytes();
   for (const auto& sl : grad_slots_) m.gathered_bytes += sl.full.bytes();
+  if (param_pool_) m.pinned_bytes += param_pool_->bytes();
+  if (chunk_pool_) m.pinned_bytes += chunk_pool_->bytes();
   return m;
+}
+
+ZeroTraffic ZeroEngine::take_traffic() {
+  ZeroTraffic t = traffic_;
+  traffic_ = ZeroTraffic{};
+  if (swapper_) {
+    SwapperStats s = swapper_->take_stats();
+    t.nvme_read_bytes = s.read_bytes;
+    t.nvme_write_bytes = s.write_bytes;
+    t.nvme_busy_ms = s.busy_ms;
+    t.nvme_wait_ms = s.wait_ms;
+  }
+  return t;
 }
 
 }  // namespace strata

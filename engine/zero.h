@@ -1,18 +1,25 @@
 // engine/zero.h — ZeRO-3 state of a model: every unit's parameters, gradients and optimizer
-// states exist only as this rank's shard; full parameters are gathered just in time.
+// states exist only as this rank's shard, each kind on its tier; full parameters are gathered
+// just in time.
 //
-// Per unit u, this rank holds: master (f32), m, v (f32) and grad (f32, accumulated over
-// micro-batches) shards of FlatLayout::shard_numel() elements, and the compute copy of the
-// parameters (f32, or bf16 under train.precision = bf16; in f32 it is the master itself).
-// Gathered full parameters live in a fixed pool of device slots (prefetch + 1, plus one for
-// the tied embedding), so the gathered working set is bounded by construction; gradient slots
-// likewise. All gathers and reductions run on the communication stream, ordered against the
-// compute stream by events — never by host synchronization.
+// Per unit u, this rank holds shards of FlatLayout::shard_numel() elements: master, m, v (f32,
+// on offload.optimizer's tier: device, host or nvme), grad (f32, accumulated over micro-batches;
+// on the device, or in host memory when offload.grads = host or the optimizer is off the
+// device), and the compute copy of the parameters (f32, or bf16 under train.precision = bf16; on
+// offload.params' tier; in f32 on the optimizer's tier it is the master itself).
+// Gathered full parameters live in a fixed pool of device slots (prefetch + 1, plus one for the
+// tied embedding), so the gathered working set is bounded by construction; gradient slots
+// likewise. Gathers and reductions run on the communication stream, ordered against the compute
+// stream by events — never by host synchronization. NVMe reads and writes run on the swapper's
+// thread through staging buffers of a fixed pinned pool; NVMe reads of compute copies run
+// offload.prefetch units ahead of the pass order given to begin_pass(). Once the swapper exists,
+// only its thread touches the FileIO (the engine's thread submits jobs and waits for tickets).
 //
-// Schedule contract (the trainer follows it, in the model's order): acquire(u) before unit u
-// computes and release(u) after; prefetch(v) may be called for units that will be acquired
-// next. In backward: acquire_grad(u) before unit u's backward and reduce_grad(u) after it.
-// With one rank and device-resident f32 state, gathers and reductions are no-ops (aliases).
+// Schedule contract (the trainer follows it, in the model's order): begin_pass(order) before a
+// forward or backward pass; acquire(u) before unit u computes and release(u) after; prefetch(v)
+// may be called for units that will be acquired next. In backward: acquire_grad(u) before unit
+// u's backward and reduce_grad(u) after it. Offload never changes a number: every placement
+// runs the same operations in the same order on the same values.
 #pragma once
 
 #include <cstdint>
@@ -25,25 +32,74 @@
 #include "engine/comm.h"
 #include "engine/config.h"
 #include "engine/model.h"
+#include "io/fault_backend.h"
 #include "kernels/device.h"
 #include "optimizer/adamw.h"
 
 namespace strata {
 
 class SafetensorsReader;
-class SafetensorsWriter;
+class FileIO;
+class SwapSpace;
+class Swapper;
+class PinnedPool;
 
 struct ZeroOptions {
   Precision precision = Precision::fp32;
-  int prefetch = 1;                 // units gathered ahead
+  int prefetch = 1;                 // units gathered ahead (zero.prefetch)
   bool keep_embedding = false;      // hold unit 0 gathered for the whole step (tied embeddings)
+  int grad_accum = 1;               // micro-batches per step (train.grad_accum)
   std::optional<AdamIsa> adam_isa;  // force a CPU AdamW path (tests); default: the active one
+  // Placement (offload section).
+  Tier params = Tier::device;
+  Tier grads = Tier::device;
+  Tier optimizer = Tier::device;
+  std::vector<std::string> nvme_path;
+  uint64_t pinned_mem_limit = 0;    // 0: as the plan needs
+  int nvme_prefetch = 2;            // offload.prefetch: NVMe reads ahead, in units
+  uint64_t optimizer_chunk = 64ull << 20;
+  // I/O (io section) and, for tests, faults to inject into the NVMe backend.
+  std::string io_backend = "auto";
+  int io_queue_depth = 32;
+  uint64_t io_block_size = 1ull << 20;
+  uint64_t io_stripe_size = 1ull << 20;
+  std::vector<FaultRule> io_faults;
 };
 
-// What this rank holds, for the engine's own memory accounting.
+// The engine's options from a config (offload, zero, io sections and train.precision).
+ZeroOptions zero_options(const Config& config);
+// The grads tier in effect: optimizer states off the device pull gradients to host memory.
+Tier effective_grads_tier(const ZeroOptions& o);
+// Decisions the engine and the plan share, so the plan counts exactly what is allocated.
+bool zero_param_is_master(const ZeroOptions& o);          // the compute copy is the master
+bool zero_direct_params(const ZeroOptions& o, int dp);    // no parameter slots at all
+// No gradient slots at all: one rank, device gradients and one micro-batch per step. (With
+// several micro-batches the backward must sum each micro-batch into a zeroed buffer and add it
+// to the shard, as every other placement does, or the rounding of the sums would differ.)
+bool zero_aliased_grads(const ZeroOptions& o, int dp);
+// Optimizer pipeline chunk (bytes per array): offload.optimizer_chunk, no larger than a shard.
+uint64_t zero_chunk_bytes(const ZeroOptions& o, size_t max_shard_elems);
+bool zero_nvme_params(const ZeroOptions& o);   // the compute copy is read from NVMe every pass
+bool zero_chunk_io(const ZeroOptions& o);      // the optimizer step moves chunks through NVMe
+
+// What this rank holds, by the engine's own accounting.
 struct ZeroMemory {
-  uint64_t shard_bytes = 0;      // master, m, v, grad and compute-copy shards
-  uint64_t gathered_bytes = 0;   // parameter and gradient slots (the gathered working set)
+  uint64_t shard_bytes = 0;      // device-resident shards (master, m, v, grad, compute copy)
+  uint64_t gathered_bytes = 0;   // device parameter and gradient slots (the gathered working set)
+  uint64_t host_bytes = 0;       // host-resident shards
+  uint64_t pinned_bytes = 0;     // pinned staging pools
+  uint64_t nvme_bytes = 0;       // swap-space extents
+};
+
+// Traffic since the last take_traffic() call.
+struct ZeroTraffic {
+  uint64_t comm_bytes = 0;       // collective buffer bytes (nccl-tests "size")
+  uint64_t h2d_bytes = 0;        // host → device copies
+  uint64_t d2h_bytes = 0;        // device → host copies
+  uint64_t nvme_read_bytes = 0;
+  uint64_t nvme_write_bytes = 0;
+  double nvme_busy_ms = 0;       // the swapper had I/O in flight
+  double nvme_wait_ms = 0;       // the engine's thread waited for NVMe
 };
 
 class ZeroEngine {
@@ -59,6 +115,7 @@ class ZeroEngine {
   void init_from(const SafetensorsReader& reader);
 
   // ---- the schedule ----
+  void begin_pass(const std::vector<int>& order);  // the units' order in the coming pass
   void prefetch(int u);                  // start gathering unit u (no-op when already gathered)
   const float* acquire(int u);           // gathered f32 parameters; compute waits for them
   void release(int u);                   // compute is done with unit u's gathered parameters
@@ -69,7 +126,8 @@ class ZeroEngine {
   // Global L2 norm of the gradient (local sum of squares, all-reduced over ranks).
   double grad_norm();
   // AdamW on every shard; grad_scale multiplies gradients (clipping coefficient). Norm
-  // weights are not decayed when `decay_norms` is false. Refreshes the compute copy.
+  // weights are not decayed when `decay_norms` is false. Refreshes the compute copy. States on
+  // NVMe are stepped as a pipeline over chunks (read k+1, update k, write k−1).
   void optimizer_step(const AdamWHyper& hyper, int64_t step, float grad_scale, bool decay_norms);
   void zero_grads();
 
@@ -84,18 +142,32 @@ class ZeroEngine {
   void save(const std::string& dir, DType dtype);
 
   ZeroMemory memory() const;
-  // Bytes of the collective buffers this rank has enqueued since the last call (all-gather: the
-  // gathered size; reduce-scatter: the full gradient), as nccl-tests counts "size".
-  uint64_t take_comm_bytes();
+  ZeroTraffic take_traffic();
   int dp_size() const { return dp_.size(); }
 
  private:
+  struct Shard;
   struct Unit;
   struct Slot;
+  struct ChunkSet;
+
   Slot& take_slot(std::vector<Slot>& pool, int u, const char* what);
-  bool aliased_params() const;
-  bool aliased_grads() const;
-  std::vector<float> gather_to_host(int u, const Buffer& shard);
+  bool direct_params() const;   // acquire() returns the device shard itself (no slot)
+  bool aliased_grads() const;   // backward accumulates straight into the device grad shard
+  bool param_is_master() const; // the compute copy is the master shard
+  size_t param_elem_bytes() const { return opt_.precision == Precision::bf16 ? 2 : 4; }
+  const Shard& param_shard(const Unit& s) const;
+  void fetch_param(int u);      // start the NVMe read of unit u's compute copy
+  // Reads / writes elements [begin, begin + count) of a shard from / to host memory.
+  void read_shard(const Shard& sh, size_t esz, size_t begin, size_t count, void* host);
+  void write_shard(Shard& sh, size_t esz, size_t begin, size_t count, const void* host);
+  // Writes master values (and the matching compute copy) of elements [begin, begin + count).
+  void write_master_values(Unit& s, size_t begin, size_t count, const float* values);
+  std::vector<float> gather_to_host(int u, bool grads);
+  void step_unit_on_device(int u, const AdamWHyper& hyper, int64_t step, float grad_scale,
+                           bool decay_norms);
+  void step_unit_chunked(int u, const AdamWHyper& hyper, int64_t step, float grad_scale,
+                         bool decay_norms);
 
   const LlamaModel& model_;
   Device& device_;
@@ -103,13 +175,22 @@ class ZeroEngine {
   Stream& compute_;
   Stream& comm_;
   ZeroOptions opt_;
+  Tier grads_tier_;
   std::vector<Unit> units_;
   std::vector<Slot> param_slots_;
   std::vector<Slot> grad_slots_;
-  Buffer reduce_tmp_;     // one shard of f32 for reduce-scatter results
+  Buffer reduce_tmp_;     // one shard of f32 for reduce-scatter results (device)
+  Buffer grad_stage_;     // one shard of f32 in pinned host memory (non host-addressable devices)
   Buffer norm_parts_;     // one double per unit (device)
   Buffer norm_host_;      // the same on the host
-  uint64_t comm_bytes_ = 0;
+  std::vector<int> order_;  // the current pass's unit order
+  // NVMe tier
+  std::unique_ptr<FileIO> io_;
+  std::unique_ptr<SwapSpace> swap_;
+  std::unique_ptr<Swapper> swapper_;
+  std::unique_ptr<PinnedPool> param_pool_;  // compute-copy shards read ahead from NVMe
+  std::unique_ptr<PinnedPool> chunk_pool_;  // optimizer pipeline chunks
+  ZeroTraffic traffic_;
 };
 
 }  // namespace strata

@@ -131,6 +131,10 @@ class Device {
 
   virtual DeviceMemoryStats memory() const = 0;
   virtual void reset_peak() = 0;
+
+  // True when host code may read and write this device's memory directly (the CPU device),
+  // so host-side work (the CPU AdamW, accumulation into host gradients) can skip staging copies.
+  virtual bool host_addressable() const { return false; }
 };
 
 // Which implementation of the CPU ops: the fast path (oneTBB, BLAS, SIMD) or the scalar

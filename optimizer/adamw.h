@@ -11,9 +11,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string_view>
 
 namespace strata {
+
+class Stream;
 
 enum class AdamIsa { scalar, avx2, avx512 };
 std::string_view adam_isa_name(AdamIsa isa);
@@ -58,5 +61,18 @@ void adamw_update_isa(AdamIsa isa, const AdamWHyper& hyper, int64_t step, float 
 AdamIsa adamw_active_isa();
 // Built into this binary and executable on this CPU (cpuid + the OS saving the registers).
 bool adamw_isa_available(AdamIsa isa);
+
+// The same update enqueued on a stream, for states that live where the stream's device
+// computes (optimizer/adamw_stream.cpp). On a CUDA stream it launches the device kernel
+// (optimizer/adamw_cuda.cu: the same IEEE operation sequence, bit-identical to the CPU paths);
+// on a CPU stream it enqueues adamw_update (or adamw_update_isa with cpu_isa) as a host task.
+// The per-step constants (bias corrections included) are computed on the host, here, exactly as
+// adamw_update computes them. Hyperparameters and tensors are checked at the call (Error);
+// the arrays must stay alive and untouched until the stream has run the update.
+void adamw_update_on_stream(Stream& stream, const AdamWHyper& hyper, int64_t step,
+                            float grad_scale, const AdamWTensors& t,
+                            std::optional<AdamIsa> cpu_isa = std::nullopt);
+// True when this binary has the CUDA AdamW kernel.
+bool adamw_cuda_built();
 
 }  // namespace strata

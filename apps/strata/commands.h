@@ -10,9 +10,12 @@ void register_train(CLI::App& app);
 void register_eval(CLI::App& app);
 void register_info(CLI::App& app);
 void register_config(CLI::App& app);
+void register_plan(CLI::App& app);
 void register_bench_gemm(CLI::App& bench);
 void register_bench_io(CLI::App& bench);
 void register_bench_adam(CLI::App& bench);
 void register_bench_train(CLI::App& bench);
+void register_bench_comm(CLI::App& bench);
+void register_bench_sweep(CLI::App& bench);
 
 }  // namespace strata::app

@@ -14,12 +14,15 @@ int main(int argc, char** argv) {
   strata::app::register_eval(app);
   strata::app::register_info(app);
   strata::app::register_config(app);
+  strata::app::register_plan(app);
   CLI::App* bench = app.add_subcommand("bench", "benchmarks (validate, then time; --json for JSON)");
   bench->require_subcommand(1);
   strata::app::register_bench_gemm(*bench);
   strata::app::register_bench_io(*bench);
   strata::app::register_bench_adam(*bench);
   strata::app::register_bench_train(*bench);
+  strata::app::register_bench_comm(*bench);
+  strata::app::register_bench_sweep(*bench);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

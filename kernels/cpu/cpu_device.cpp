@@ -11,6 +11,8 @@
 #include <mutex>
 #include <thread>
 
+#include <sys/mman.h>
+
 #include "core/cpu.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -23,6 +25,8 @@ namespace {
 
 constexpr size_t kDeviceAlign = 256;
 constexpr size_t kHostAlign = 4096;
+constexpr size_t kHugePage = 2u << 20;
+bool n_huge(size_t bytes) { return bytes >= kHugePage; }
 
 size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
@@ -228,8 +232,14 @@ class CpuMemory final : public BufferReleaser {
   }
 
   Buffer alloc_host(size_t bytes, bool pinned, std::string_view what) {
-    size_t n = round_up(bytes ? bytes : 1, kHostAlign);
-    void* p = std::aligned_alloc(kHostAlign, n);
+    // Large buffers sit on 2 MiB boundaries and ask for transparent huge pages: a staging buffer
+    // that is physically contiguous in 2 MiB pieces lets the disk take larger direct-I/O
+    // requests (docs/io.md measures reads about twice as fast).
+    const bool huge = n_huge(bytes);
+    size_t align = huge ? kHugePage : kHostAlign;
+    size_t n = round_up(bytes ? bytes : 1, align);
+    void* p = std::aligned_alloc(align, n);
+    if (p && huge) madvise(p, n, MADV_HUGEPAGE);
     if (!p) fail("cpu::alloc_host", str("out of host memory allocating ", format_bytes(n), " for ", what));
     if (pinned) pinned_.fetch_add(n);
     return Buffer(p, n, pinned ? MemoryKind::host_pinned : MemoryKind::host, this);
@@ -279,6 +289,7 @@ class CpuDevice final : public Device {
   Ops& ops() override { return *ops_; }
   DeviceMemoryStats memory() const override { return memory_.stats(); }
   void reset_peak() override { memory_.reset_peak(); }
+  bool host_addressable() const override { return true; }
 
  private:
   CpuMemory memory_;

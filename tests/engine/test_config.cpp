@@ -143,11 +143,16 @@ TEST(Config, BadEnumValueListsTheChoices) {
                    "\"device\", \"host\", \"nvme\"");
 }
 
-TEST(Config, OffloadTiersOnlyDeviceForNow) {
-  EXPECT_ERROR_HAS(load_text("[offload]\nparams = \"host\"\n"), "offload.params = \"host\"",
-                   "not available yet", "allowed: \"device\"");
+TEST(Config, OffloadTierRules) {
+  Config c = load_text("[offload]\nparams = \"host\"\noptimizer = \"host\"\ngrads = \"host\"\n");
+  EXPECT_EQ(c.offload.params, Tier::host);
+  EXPECT_EQ(c.offload.optimizer, Tier::host);
   EXPECT_ERROR_HAS(load_text("[offload]\noptimizer = \"nvme\"\n"), "offload.optimizer",
-                   "not available yet");
+                   "offload.nvme_path", "empty");
+  EXPECT_ERROR_HAS(load_text("[offload]\nparams = \"nvme\"\n"), "offload.params",
+                   "offload.nvme_path");
+  Config n = load_text("[offload]\nparams = \"nvme\"\nnvme_path = [\"/mnt/a\"]\n");
+  EXPECT_EQ(n.offload.params, Tier::nvme);
   EXPECT_ERROR_HAS(load_text("[offload]\ngrads = \"nvme\"\n"), "offload.grads", "never");
 }
 

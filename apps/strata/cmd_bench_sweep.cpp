@@ -1,0 +1,62 @@
+// apps/strata/cmd_bench_sweep.cpp — `strata bench sweep [--config F] [--set k=v]...
+// [--placements p,...] [--out PREFIX] [--json]`: one short training per placement
+// (bench/sweep_bench.h); rank 0 prints and writes PREFIX.json/.csv/.svg.
+#include <cstdio>
+
+#include "apps/strata/commands.h"
+#include "apps/strata/common.h"
+#include "bench/sweep_bench.h"
+#include "core/size.h"
+
+namespace strata::app {
+
+void register_bench_sweep(CLI::App& bench) {
+  struct Args {
+    SweepOptions options;
+    std::string io_bytes = "1G";
+    bool json = false;
+  };
+  auto args = std::make_shared<Args>();
+  CLI::App* cmd = bench.add_subcommand(
+      "sweep", "a short training per placement: tokens/s, time split, bytes per tier and per link");
+  cmd->add_option("--config,-c", args->options.config_path, "TOML config (default: built-in)");
+  cmd->add_option("--set,-s", args->options.overrides, "override: --set section.key=value")->take_all();
+  cmd->add_option("--placements", args->options.placements,
+                  "params:optimizer[:grads] each device|host|nvme (comma-separated)")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--out", args->options.out_prefix, "write PREFIX.json, PREFIX.csv and PREFIX.svg");
+  cmd->add_option("--io-bytes", args->io_bytes, "size of the NVMe rate measurement (0: skip)")
+      ->capture_default_str();
+  cmd->add_flag("--json", args->json, "print one JSON object on stdout");
+  cmd->callback([args] {
+    args->options.io_bench_bytes = parse_bytes(args->io_bytes, "--io-bytes");
+    auto world = make_world();
+    nlohmann::json j = run_sweep(*world, args->options);
+    if (world->rank() != 0) return;
+    if (args->json) {
+      std::printf("%s\n", j.dump().c_str());
+      return;
+    }
+    std::printf("strata bench sweep: %d rank(s); NVMe %.2f GB/s read, %.2f GB/s write (same run)\n",
+                j["ranks"].get<int>(), j["nvme_read_gbps"].get<double>(), j["nvme_write_gbps"].get<double>());
+    std::printf("%-16s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %7s\n", "placement", "tok/s", "step ms",
+                "compute", "wait io", "wait comm", "optim", "device", "host", "nvme", "io bound", "/bound");
+    for (const auto& r : j["rows"]) {
+      std::printf("%-16s %9.0f %9.1f %9.1f %9.1f %9.1f %9.1f %9s %9s %9s %9.1f %7.2f\n",
+                  r["placement"].get<std::string>().c_str(), r["tokens_per_s"].get<double>(),
+                  r["step_ms"].get<double>(), r["time"]["compute_ms"].get<double>(),
+                  r["time"]["wait_io_ms"].get<double>(), r["time"]["wait_comm_ms"].get<double>(),
+                  r["time"]["optimizer_ms"].get<double>(),
+                  format_bytes(r["peak_bytes"]["device"].get<uint64_t>()).c_str(),
+                  format_bytes(r["peak_bytes"]["host_state"].get<uint64_t>() +
+                               r["peak_bytes"]["pinned"].get<uint64_t>()).c_str(),
+                  format_bytes(r["peak_bytes"]["nvme"].get<uint64_t>()).c_str(),
+                  r["io_bound_ms"].get<double>(), r["step_over_bound"].get<double>());
+    }
+    if (!args->options.out_prefix.empty())
+      std::printf("wrote %s.json, .csv and .svg\n", args->options.out_prefix.c_str());
+  });
+}
+
+}  // namespace strata::app

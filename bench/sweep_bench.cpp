@@ -1,0 +1,269 @@
+// bench/sweep_bench.cpp — run_sweep, and its CSV and SVG renderings.
+#include "bench/sweep_bench.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+
+#include "bench/io_bench.h"
+#include "core/error.h"
+#include "core/size.h"
+#include "engine/comm.h"
+#include "engine/config.h"
+#include "engine/trainer.h"
+
+namespace strata {
+namespace {
+
+Tier parse_tier(const std::string& s, const std::string& spec) {
+  if (s == "device") return Tier::device;
+  if (s == "host") return Tier::host;
+  if (s == "nvme") return Tier::nvme;
+  fail("bench::sweep", str("placement '", spec, "': unknown tier '", s, "'"),
+       "write placements as params:optimizer[:grads] with device, host or nvme, e.g. host:nvme");
+}
+
+struct Placement {
+  std::string name;
+  Tier params, optimizer, grads;
+};
+
+Placement parse_placement(const std::string& spec) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  while (true) {
+    size_t colon = spec.find(':', start);
+    parts.push_back(spec.substr(start, colon == std::string::npos ? std::string::npos : colon - start));
+    if (colon == std::string::npos) break;
+    start = colon + 1;
+  }
+  if (parts.size() < 2 || parts.size() > 3)
+    fail("bench::sweep", str("placement '", spec, "' is not params:optimizer[:grads]"));
+  Placement p{spec, parse_tier(parts[0], spec), parse_tier(parts[1], spec), Tier::device};
+  p.grads = parts.size() == 3 ? parse_tier(parts[2], spec)
+                              : (p.optimizer == Tier::device ? Tier::device : Tier::host);
+  return p;
+}
+
+double mean(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return v.empty() ? 0 : s / double(v.size());
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << text;
+    if (!out) fail("bench::sweep", str("cannot write '", tmp, "'"));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) fail("bench::sweep", str("cannot rename '", tmp, "'"));
+}
+
+}  // namespace
+
+nlohmann::json run_sweep(Communicator& world, const SweepOptions& o) {
+  Config base = load_config(o.config_path, o.overrides);
+  if (base.train.steps < 2)
+    fail("bench::sweep", "train.steps must be at least 2 (the first step is warm-up)");
+  std::vector<Placement> placements;
+  for (const auto& s : o.placements) placements.push_back(parse_placement(s));
+  bool any_nvme = false;
+  for (const auto& p : placements) any_nvme |= p.params == Tier::nvme || p.optimizer == Tier::nvme;
+  if (any_nvme && base.offload.nvme_path.empty())
+    fail("bench::sweep", "an NVMe placement needs offload.nvme_path", "--set offload.nvme_path=DIR");
+
+  nlohmann::json io = nullptr;
+  double read_gbps = 0, write_gbps = 0;
+  if (any_nvme && o.io_bench_bytes > 0) {
+    // Every rank measures at once, as they will share the disks during training.
+    IoBenchOptions io_opt;
+    for (const auto& d : base.offload.nvme_path) io_opt.dirs.push_back(d);
+    io_opt.size_bytes = o.io_bench_bytes;
+    io_opt.block_bytes = base.io.block_size;
+    io_opt.queue_depth = base.io.queue_depth;
+    io_opt.backend = base.io.backend;
+    io_opt.stripe_bytes = base.io.stripe_size;
+    io = run_io_bench(io_opt);
+    read_gbps = io.value("read_gbps", 0.0);
+    write_gbps = io.value("write_gbps", 0.0);
+  }
+
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& p : placements) {
+    Config c = base;
+    c.offload.params = p.params;
+    c.offload.optimizer = p.optimizer;
+    c.offload.grads = p.grads;
+    c.eval.batches = 0;
+    c.log.metrics.clear();
+    c.log.trace.clear();
+    validate(c);
+    std::vector<double> step, compute, wait_comm, wait_io, optim, tps, h2d, d2h, nr, nw, comm;
+    uint64_t device_peak = 0;
+    TrainerOptions topt;
+    topt.progress = false;
+    topt.on_step = [&](const StepRecord& r) {
+      if (r.step == 1) return;
+      step.push_back(r.step_ms);
+      compute.push_back(r.compute_ms);
+      wait_comm.push_back(r.wait_comm_ms);
+      wait_io.push_back(r.traffic.nvme_wait_ms);
+      optim.push_back(r.optimizer_ms);
+      tps.push_back(r.tokens_per_s);
+      h2d.push_back(double(r.traffic.h2d_bytes));
+      d2h.push_back(double(r.traffic.d2h_bytes));
+      nr.push_back(double(r.traffic.nvme_read_bytes));
+      nw.push_back(double(r.traffic.nvme_write_bytes));
+      comm.push_back(double(r.traffic.comm_bytes));
+    };
+    ZeroMemory zmem;
+    TrainSummary summary;
+    {
+      Trainer t(c, world, topt);
+      summary = t.train();
+      zmem = t.state_memory();
+      device_peak = summary.device_peak_bytes;
+    }
+    const double nvme_bytes = mean(nr) + mean(nw);
+    const double io_ms = (read_gbps > 0 && write_gbps > 0)
+                             ? (mean(nr) / (read_gbps * 1e9) + mean(nw) / (write_gbps * 1e9)) * 1e3
+                             : 0.0;
+    rows.push_back({{"placement", p.name},
+                    {"params", tier_name(p.params)},
+                    {"optimizer", tier_name(p.optimizer)},
+                    {"grads", tier_name(p.grads)},
+                    {"tokens_per_s", mean(tps)},
+                    {"step_ms", mean(step)},
+                    {"time", {{"compute_ms", mean(compute)}, {"wait_io_ms", mean(wait_io)},
+                              {"wait_comm_ms", mean(wait_comm)}, {"optimizer_ms", mean(optim)}}},
+                    {"peak_bytes", {{"device", device_peak}, {"pinned", zmem.pinned_bytes},
+                                    {"host_state", zmem.host_bytes}, {"nvme", zmem.nvme_bytes},
+                                    {"host_rss", summary.host_peak_rss_bytes}}},
+                    {"bytes_per_step", {{"h2d", mean(h2d)}, {"d2h", mean(d2h)}, {"nvme_read", mean(nr)},
+                                        {"nvme_write", mean(nw)}, {"comm", mean(comm)}}},
+                    {"nvme_bytes_per_step", nvme_bytes},
+                    {"io_bound_ms", io_ms},
+                    {"loss_last", summary.losses.empty() ? 0.0 : summary.losses.back()}});
+  }
+  // Overlap against the bounds: the all-device row (when present) is the compute bound.
+  double compute_bound = 0;
+  for (const auto& r : rows)
+    if (r["params"] == "device" && r["optimizer"] == "device") compute_bound = r["step_ms"].get<double>();
+  for (auto& r : rows) {
+    double bound = std::max(compute_bound, r["io_bound_ms"].get<double>());
+    r["bound_ms"] = bound;
+    r["step_over_bound"] = bound > 0 ? r["step_ms"].get<double>() / bound : 0.0;
+    r["throughput_vs_all_device"] = compute_bound > 0 ? compute_bound / r["step_ms"].get<double>() : 0.0;
+  }
+  nlohmann::json out = {{"config", config_to_json(base)},
+                        {"ranks", world.size()},
+                        {"io_bench", io},
+                        {"nvme_read_gbps", read_gbps},
+                        {"nvme_write_gbps", write_gbps},
+                        {"compute_bound_ms", compute_bound},
+                        {"rows", rows}};
+  if (world.rank() == 0 && !o.out_prefix.empty()) {
+    write_file(o.out_prefix + ".json", out.dump(2) + "\n");
+    write_file(o.out_prefix + ".csv", sweep_csv(out));
+    write_file(o.out_prefix + ".svg", sweep_svg(out));
+  }
+  return out;
+}
+
+std::string sweep_csv(const nlohmann::json& s) {
+  std::string out =
+      "placement,params,optimizer,grads,tokens_per_s,step_ms,compute_ms,wait_io_ms,wait_comm_ms,"
+      "optimizer_ms,device_peak_bytes,pinned_bytes,host_state_bytes,nvme_bytes,host_rss_bytes,"
+      "h2d_bytes_per_step,d2h_bytes_per_step,nvme_read_bytes_per_step,nvme_write_bytes_per_step,"
+      "comm_bytes_per_step,io_bound_ms,bound_ms,step_over_bound\n";
+  for (const auto& r : s["rows"]) {
+    char line[1024];
+    std::snprintf(line, sizeof line,
+                  "%s,%s,%s,%s,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f,%llu,%llu,%llu,%llu,%llu,%.0f,%.0f,%.0f,%.0f,%.0f,%.1f,%.1f,%.3f\n",
+                  r["placement"].get<std::string>().c_str(), r["params"].get<std::string>().c_str(),
+                  r["optimizer"].get<std::string>().c_str(), r["grads"].get<std::string>().c_str(),
+                  r["tokens_per_s"].get<double>(), r["step_ms"].get<double>(),
+                  r["time"]["compute_ms"].get<double>(), r["time"]["wait_io_ms"].get<double>(),
+                  r["time"]["wait_comm_ms"].get<double>(), r["time"]["optimizer_ms"].get<double>(),
+                  (unsigned long long)r["peak_bytes"]["device"].get<uint64_t>(),
+                  (unsigned long long)r["peak_bytes"]["pinned"].get<uint64_t>(),
+                  (unsigned long long)r["peak_bytes"]["host_state"].get<uint64_t>(),
+                  (unsigned long long)r["peak_bytes"]["nvme"].get<uint64_t>(),
+                  (unsigned long long)r["peak_bytes"]["host_rss"].get<uint64_t>(),
+                  r["bytes_per_step"]["h2d"].get<double>(), r["bytes_per_step"]["d2h"].get<double>(),
+                  r["bytes_per_step"]["nvme_read"].get<double>(),
+                  r["bytes_per_step"]["nvme_write"].get<double>(), r["bytes_per_step"]["comm"].get<double>(),
+                  r["io_bound_ms"].get<double>(), r["bound_ms"].get<double>(),
+                  r["step_over_bound"].get<double>());
+    out += line;
+  }
+  return out;
+}
+
+// Device memory (y) against throughput (x): one point per placement, with its host and NVMe
+// bytes in the label. Axes start at zero so distances read as ratios.
+std::string sweep_svg(const nlohmann::json& s) {
+  const double W = 720, H = 440, L = 90, R = 30, T = 50, B = 60;
+  double xmax = 1, ymax = 1;
+  for (const auto& r : s["rows"]) {
+    xmax = std::max(xmax, r["tokens_per_s"].get<double>());
+    ymax = std::max(ymax, double(r["peak_bytes"]["device"].get<uint64_t>()));
+  }
+  xmax *= 1.15;
+  ymax *= 1.2;
+  auto X = [&](double x) { return L + (W - L - R) * x / xmax; };
+  auto Y = [&](double y) { return H - B - (H - T - B) * y / ymax; };
+  std::string o;
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
+                "font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
+                W, H);
+  o += buf;
+  std::snprintf(buf, sizeof buf,
+                "<text x=\"%.0f\" y=\"24\" font-size=\"15\">strata bench sweep: device memory against throughput (%d rank%s)</text>\n",
+                L, s["ranks"].get<int>(), s["ranks"].get<int>() == 1 ? "" : "s");
+  o += buf;
+  // axes and ticks
+  std::snprintf(buf, sizeof buf, "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"black\"/>\n",
+                L, H - B, W - R, H - B);
+  o += buf;
+  std::snprintf(buf, sizeof buf, "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"black\"/>\n",
+                L, T, L, H - B);
+  o += buf;
+  for (int i = 0; i <= 5; ++i) {
+    double xv = xmax * i / 5, yv = ymax * i / 5;
+    std::snprintf(buf, sizeof buf,
+                  "<text x=\"%.1f\" y=\"%.0f\" text-anchor=\"middle\">%.0f</text>\n"
+                  "<text x=\"%.0f\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n"
+                  "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n",
+                  X(xv), H - B + 18, xv, L - 6, Y(yv) + 4, format_bytes(uint64_t(yv)).c_str(), L, Y(yv),
+                  W - R, Y(yv));
+    o += buf;
+  }
+  std::snprintf(buf, sizeof buf,
+                "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">tokens/s</text>\n"
+                "<text x=\"18\" y=\"%.0f\" transform=\"rotate(-90 18 %.0f)\" text-anchor=\"middle\">peak device bytes per rank</text>\n",
+                (L + W - R) / 2, H - 16, (T + H - B) / 2, (T + H - B) / 2);
+  o += buf;
+  const char* colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"};
+  int i = 0;
+  for (const auto& r : s["rows"]) {
+    double x = X(r["tokens_per_s"].get<double>()), y = Y(double(r["peak_bytes"]["device"].get<uint64_t>()));
+    const char* c = colors[i++ % 6];
+    std::snprintf(buf, sizeof buf,
+                  "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"6\" fill=\"%s\"/>\n"
+                  "<text x=\"%.1f\" y=\"%.1f\" fill=\"%s\">%s (host %s, nvme %s)</text>\n",
+                  x, y, c, x + 9, y - 8, c, r["placement"].get<std::string>().c_str(),
+                  format_bytes(r["peak_bytes"]["host_state"].get<uint64_t>() + r["peak_bytes"]["pinned"].get<uint64_t>()).c_str(),
+                  format_bytes(r["peak_bytes"]["nvme"].get<uint64_t>()).c_str());
+    o += buf;
+  }
+  o += "</svg>\n";
+  return o;
+}
+
+}  // namespace strata

@@ -1,0 +1,203 @@
+// Offload never changes a number: for every combination of placements (params device | host |
+// nvme, grads device | host, optimizer device | host | nvme), in f32 and bf16, on one rank (run
+// plainly) or on N ranks (under mpirun), the losses and final weights are bit-identical to the
+// all-device run. Also: NVMe over two directories, a pinned budget too small for one unit, a
+// device limit only the offloaded placement fits under, and an I/O error in the middle of a step.
+// The NVMe tier is real files under the build tree (label nvme).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+
+#include "core/error.h"
+#include "engine/comm_registry.h"
+#include "engine/plan.h"
+#include "engine/trainer.h"
+#include "io/fault_backend.h"
+
+using namespace strata;
+namespace fs = std::filesystem;
+
+namespace {
+
+Communicator& world() {
+  static std::unique_ptr<Communicator> w = make_world_communicator();
+  return *w;
+}
+
+std::string nvme_dir(const std::string& name) {
+  std::string d = std::string(STRATA_TEST_WORK_DIR) + "/nvme_" + name + "_r" + std::to_string(world().rank());
+  fs::create_directories(d);
+  return d;
+}
+
+Config base(Precision p) {
+  Config c;
+  c.model.dim = 48;
+  c.model.n_layers = 2;
+  c.model.n_heads = 4;
+  c.model.n_kv_heads = 2;
+  c.model.ffn_dim = 80;
+  c.model.max_seq_len = 32;
+  c.data.seq_len = 16;
+  c.data.micro_batch = 2;
+  c.train.steps = 3;
+  c.train.grad_accum = 2;
+  c.train.precision = p;
+  c.train.warmup_steps = 1;
+  c.eval.batches = 0;
+  c.log.every = 1000;
+  c.offload.optimizer_chunk = 16 << 10;  // several chunks per shard: the pipeline really runs
+  c.offload.prefetch = 1;
+  return c;
+}
+
+struct Result {
+  std::vector<double> losses;
+  std::vector<std::vector<float>> weights;
+};
+
+Result run(const Config& c, TrainerOptions opt = {}) {
+  opt.progress = false;
+  Trainer t(c, world(), opt);
+  Result r;
+  r.losses = t.train().losses;
+  for (const auto& n : t.parameter_names()) r.weights.push_back(t.parameter(n));
+  return r;
+}
+
+const char* name(Tier t) { return t == Tier::device ? "device" : t == Tier::host ? "host" : "nvme"; }
+
+}  // namespace
+
+class Placements : public testing::TestWithParam<Precision> {};
+
+TEST_P(Placements, EveryPlacementIsBitIdenticalToAllDevice) {
+  const Precision prec = GetParam();
+  Config all = base(prec);
+  const Result ref = run(all);
+  const std::string dir = nvme_dir(prec == Precision::bf16 ? "bf16" : "f32");
+  int combos = 0;
+  for (Tier params : {Tier::device, Tier::host, Tier::nvme})
+    for (Tier grads : {Tier::device, Tier::host})
+      for (Tier optimizer : {Tier::device, Tier::host, Tier::nvme}) {
+        Config c = all;
+        c.offload.params = params;
+        c.offload.grads = grads;
+        c.offload.optimizer = optimizer;
+        if (params == Tier::nvme || optimizer == Tier::nvme) c.offload.nvme_path = {dir};
+        std::string what = std::string("params=") + name(params) + " grads=" + name(grads) +
+                           " optimizer=" + name(optimizer);
+        SCOPED_TRACE(what);
+        if (std::getenv("STRATA_TEST_VERBOSE")) std::fprintf(stderr, "placement %s\n", what.c_str());
+        Result r = run(c);
+        EXPECT_EQ(r.losses, ref.losses) << what;
+        EXPECT_TRUE(r.weights == ref.weights) << what << ": final weights differ";
+        ++combos;
+      }
+  EXPECT_EQ(combos, 18);
+}
+
+INSTANTIATE_TEST_SUITE_P(Offload, Placements, testing::Values(Precision::fp32, Precision::bf16),
+                         [](const auto& info) { return info.param == Precision::bf16 ? "bf16" : "f32"; });
+
+TEST(Offload, NvmeStripedOverTwoDirectories) {
+  Config c = base(Precision::bf16);
+  const Result ref = run(c);
+  c.offload.params = Tier::nvme;
+  c.offload.optimizer = Tier::nvme;
+  c.offload.nvme_path = {nvme_dir("a"), nvme_dir("b")};
+  c.io.stripe_size = 64 << 10;
+  c.io.block_size = 16 << 10;
+  Result r = run(c);
+  EXPECT_EQ(r.losses, ref.losses);
+  EXPECT_TRUE(r.weights == ref.weights);
+  // Nothing is left behind: the swap files are unlinked once open.
+  for (const auto& d : c.offload.nvme_path) EXPECT_TRUE(fs::is_empty(d)) << d;
+}
+
+TEST(Offload, PinnedBudgetTooSmallForOneUnitFailsAtPlanTime) {
+  Config c = base(Precision::fp32);
+  c.offload.params = Tier::nvme;
+  c.offload.optimizer = Tier::nvme;
+  c.offload.nvme_path = {nvme_dir("pinned")};
+  c.offload.pinned_mem_limit = 64 << 10;
+  try {
+    run(c);
+    FAIL() << "a 64K pinned budget was accepted";
+  } catch (const Error& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("[train::plan]"), std::string::npos) << m;
+    EXPECT_NE(m.find("offload.pinned_mem_limit"), std::string::npos) << m;
+    EXPECT_NE(m.find("DOES NOT FIT"), std::string::npos) << m;
+  }
+}
+
+TEST(Offload, DeviceLimitOnlyTheOffloadedPlacementFits) {
+  Config all = base(Precision::fp32);
+  Config off = all;
+  off.offload.params = Tier::host;
+  off.offload.optimizer = Tier::nvme;
+  off.offload.nvme_path = {nvme_dir("limit")};
+  PlanMachine m;
+  m.device_capacity = 64ull << 30;
+  m.ranks_here = world().size();
+  const int dp = world().size();
+  const uint64_t need_all = plan_memory(all, dp, m).device_bytes();
+  const uint64_t need_off = plan_memory(off, dp, m).device_bytes();
+  ASSERT_LT(need_off, need_all);
+  const uint64_t limit = need_off + (need_all - need_off) / 2;
+  all.offload.device_mem_limit = off.offload.device_mem_limit = limit;
+  EXPECT_THROW(run(all), Error);
+  Result r = run(off);  // fits, and the device's own cap held every allocation
+  EXPECT_EQ(r.losses.size(), 3u);
+}
+
+TEST(Offload, IoErrorMidStepStopsTheRun) {
+  Config c = base(Precision::fp32);
+  c.train.steps = 4;
+  c.offload.optimizer = Tier::nvme;
+  c.offload.nvme_path = {nvme_dir("fault")};
+  c.log.every = 1;
+  c.log.metrics = std::string(STRATA_TEST_WORK_DIR) + "/fault_metrics_r" + std::to_string(world().rank()) + ".jsonl";
+  // Calibrate: the optimizer step is the only reader of the NVMe optimizer states, one read per
+  // 16K chunk per array; fail a read half-way through the second step.
+  uint64_t step_read_bytes = 0;
+  {
+    Config quiet = c;
+    quiet.log.metrics.clear();
+    quiet.train.steps = 1;
+    TrainerOptions cal;
+    cal.on_step = [&](const StepRecord& r) { step_read_bytes = r.traffic.nvme_read_bytes; };
+    run(quiet, cal);
+  }
+  const int reads_per_step = int(step_read_bytes / c.offload.optimizer_chunk);
+  ASSERT_GT(reads_per_step, 4);
+  TrainerOptions opt;
+  FaultRule rule;
+  rule.fault = Fault::io_error;
+  rule.op = int(IoOp::read);
+  rule.skip = reads_per_step + reads_per_step / 2;
+  rule.times = 1;
+  opt.io_faults = {rule};
+  int steps_done = 0;
+  opt.on_step = [&](const StepRecord&) { ++steps_done; };
+  try {
+    run(c, opt);
+    FAIL() << "the injected I/O error was not reported";
+  } catch (const Error& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("strata-"), std::string::npos) << "the error names the swap file: " << m;
+    EXPECT_NE(m.find("offset"), std::string::npos) << m;
+  }
+  EXPECT_EQ(steps_done, 1);  // the second step stopped: no step after the error completed
+  // Metrics record only the steps that completed, none after the failure.
+  if (world().rank() == 0) {
+    std::ifstream in(c.log.metrics);
+    int lines = 0;
+    for (std::string l; std::getline(in, l);) ++lines;
+    EXPECT_EQ(lines, steps_done);
+  }
+}
