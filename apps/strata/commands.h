@@ -17,5 +17,6 @@ void register_bench_adam(CLI::App& bench);
 void register_bench_train(CLI::App& bench);
 void register_bench_comm(CLI::App& bench);
 void register_bench_sweep(CLI::App& bench);
+void register_bench_gpu(CLI::App& bench);
 
 }  // namespace strata::app

@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   strata::app::register_bench_train(*bench);
   strata::app::register_bench_comm(*bench);
   strata::app::register_bench_sweep(*bench);
+  strata::app::register_bench_gpu(*bench);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,46 @@
+// bench/gpu_bench.h — `strata bench gpu`: the CUDA backend on the GPU present, every result
+// validated before it is timed, one JSON object out.
+//
+// Sections (each is {"ran": false, "reason": ...} when it cannot run, so one missing piece never
+// hides the others):
+//   gemm_bf16  per shape: strata's bf16 path (cuBLASLt's first heuristic choice, what strata
+//              runs) next to cuBLAS's best — the fastest of cuBLASLt's heuristic candidates for
+//              the same shape, each validated and timed — in TFLOP/s;
+//   gemm_f32   strata's f32 linear (cuBLASLt, FMA algorithms, no TF32) in TFLOP/s: the MFU
+//              denominator of the f32 training runs;
+//   adamw      the device AdamW in GB/s next to a device-to-device copy measured in the same
+//              run (28 bytes per parameter for an f32 step, 30 with the bf16 copy), validated bit
+//              for bit against the CPU scalar path first;
+//   pinned     pinned host ⇄ device copy GB/s;
+//   train      tokens/s and MFU of training runs: all on the device, then params and optimizer
+//              offloaded to host (and NVMe with nvme_path) under a device limit that forces it.
+// Timing: host wall clock around stream synchronizes, calls batched so a batch takes ≥ 2 ms; the
+// best batch is reported with the median beside it.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace strata {
+
+struct GpuBenchOptions {
+  int device = 0;
+  std::vector<std::array<int, 3>> gemm_shapes;  // (m, n, k); empty: kDefaultGemmShapes
+  size_t adam_numel = size_t{256} << 20;         // parameters of the timed AdamW step
+  size_t copy_bytes = size_t{1} << 30;           // device copy and pinned transfers
+  double min_seconds = 0.25;                     // per timed measurement
+  bool train = true;
+  std::string train_config;                      // TOML; empty: a ~100M-parameter GPU default
+  std::vector<std::string> train_overrides;      // section.key=value, applied after
+  int train_steps = 8;                           // the first is warm-up
+  std::string nvme_path;                         // directory for the NVMe placement; empty: skip
+};
+
+// Throws Error when no CUDA device is usable; otherwise every failure is recorded in its section.
+nlohmann::json run_gpu_bench(const GpuBenchOptions& options);
+
+}  // namespace strata
