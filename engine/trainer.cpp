@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <fstream>
 
@@ -15,6 +16,7 @@
 #include "core/log.h"
 #include "core/size.h"
 #include "core/trace.h"
+#include "engine/comm_nccl.h"
 #include "engine/data.h"
 #include "engine/mesh.h"
 #include "engine/model.h"
@@ -30,6 +32,13 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+// The rank's index among the ranks of its machine (Open MPI and PMIx say so; else the world rank).
+int local_rank() {
+  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
+    if (const char* e = std::getenv(v)) return std::atoi(e);
+  return 0;
 }
 
 DeviceKind pick_device(const std::string& name) {
@@ -52,7 +61,10 @@ struct Trainer::Impl {
   TrainerOptions opt;
   Communicator& world;
   Mesh mesh;
-  Communicator* dpc = nullptr;  // the data-parallel group (mesh.dp_comm)
+  Communicator* dpc = nullptr;  // the data-parallel group: mesh.dp_comm, or NCCL on CUDA
+  std::unique_ptr<Communicator> nccl_dp;       // the data-parallel group over NCCL (CUDA)
+  std::unique_ptr<Device> host_device;         // for host-memory collectives over `world`
+  std::unique_ptr<Stream> host_stream;
   std::unique_ptr<tbb::global_control> threads;
   std::unique_ptr<Device> device;
   std::unique_ptr<Stream> compute, comm;
@@ -86,7 +98,25 @@ struct Trainer::Impl {
     DeviceOptions dopt;
     dopt.mem_limit_bytes = cfg.offload.device_mem_limit;
     dopt.cpu_ops = opt.cpu_ops;
-    device = make_device(pick_device(cfg.train.device), dopt);
+    const DeviceKind kind = pick_device(cfg.train.device);
+    if (kind == DeviceKind::cuda) {
+      const int gpus = cuda_device_count();
+      if (gpus == 0)
+        fail("train::device", "train.device = cuda but no CUDA device is present",
+             "use train.device = cpu or auto");
+      dopt.ordinal = local_rank() % gpus;  // one GPU per rank on each machine
+    }
+    device = make_device(kind, dopt);
+    // World-level host collectives (metrics) run on a CPU stream: MPI moves host memory.
+    host_device = kind == DeviceKind::cpu ? nullptr : make_device(DeviceKind::cpu);
+    if (host_device) host_stream = host_device->make_stream("host-comm");
+    if (kind == DeviceKind::cuda && dp > 1) {
+      if (!nccl_built())
+        fail("train::comm", "data-parallel training on CUDA needs NCCL, and this strata was built without it",
+             "install NCCL with the CUDA toolkit and rebuild");
+      nccl_dp = make_nccl_communicator(*mesh.dp_comm, dopt.ordinal);
+      dpc = nccl_dp.get();
+    }
 
     PlanMachine machine;
     machine.device_is_host_memory = device->kind() == DeviceKind::cpu;
@@ -272,8 +302,9 @@ struct Trainer::Impl {
     double* h = loss_host.as<double>();
     h[0] = double(device->memory().peak_bytes);
     if (world.size() > 1) {
-      world.all_reduce(*comm, h, 1, CommType::f64, ReduceOp::max);
-      comm->synchronize();
+      Stream& hs = host_stream ? *host_stream : *comm;
+      world.all_reduce(hs, h, 1, CommType::f64, ReduceOp::max);
+      hs.synchronize();
     }
     return uint64_t(h[0]);
   }

@@ -137,11 +137,12 @@ ZeroEngine::ZeroEngine(const LlamaModel& model, Device& device, Communicator& dp
                model.unit(0).layout.dp(), " but the data-parallel group has ", dp.size(), " ranks");
   STRATA_CHECK(opt_.grads != Tier::nvme, "zero::init", "gradients cannot live on NVMe");
   const bool host_ok = device.host_addressable();
-  if (!host_ok && (opt_.optimizer != Tier::device || opt_.params != Tier::device))
+  if (!host_ok && opt_.optimizer == Tier::device && opt_.params != Tier::device)
     fail("zero::init",
-         str("offload.params = ", tier_name(opt_.params), " and offload.optimizer = ",
-             tier_name(opt_.optimizer), " are not available on the ", device.name(), " yet"),
-         "keep every state on the device with this device, or train on the CPU device");
+         str("offload.params = ", tier_name(opt_.params), " with offload.optimizer = device: the "
+             "device's AdamW would write the compute copy into memory it cannot address"),
+         "offload the optimizer states too (offload.optimizer = host or nvme): they are 12 of the "
+         "16 bytes per parameter, the compute copy only 2 or 4");
   const bool bf16 = opt_.precision == Precision::bf16;
   const size_t esz = param_elem_bytes();
 
@@ -234,6 +235,10 @@ ZeroEngine::ZeroEngine(const LlamaModel& model, Device& device, Communicator& dp
     if (grads_tier_ == Tier::host && !host_ok)
       grad_stage_ = device.alloc_host(shard * 4, true, "gradient staging");
   }
+  // The CPU AdamW refreshes a device-resident compute copy through pinned staging when the host
+  // cannot address device memory.
+  if (!host_ok && opt_.optimizer != Tier::device && opt_.params == Tier::device && !param_is_master())
+    param_stage_ = device.alloc_host(shard * esz, true, "compute copy staging");
   norm_parts_ = device.alloc(units_.size() * 8, "gradient norm partial sums");
   norm_host_ = device.alloc_host(units_.size() * 8, true, "gradient norm partial sums");
 
@@ -661,8 +666,11 @@ void ZeroEngine::step_unit_chunked(int u, const AdamWHyper& hyper, int64_t step,
     for (int i = 0; i < 3; ++i)
       ptr[i] = opt_nvme ? static_cast<float*>(set.buf[i].data) : states[i]->ptr<float>() + lo;
     void* param_out = nullptr;  // where the refreshed compute copy of this chunk goes
+    const bool param_staged = separate_param && !param_nvme && param_stage_;  // device, unaddressable
     if (separate_param)
-      param_out = param_nvme ? set.buf[3].data : static_cast<void*>(s.param.ptr<char>() + lo * esz);
+      param_out = param_nvme     ? set.buf[3].data
+                  : param_staged ? param_stage_.data()
+                                 : static_cast<void*>(s.param.ptr<char>() + lo * esz);
     const float* g = s.grad.ptr<float>() + lo;
     for_each_segment(L, base + lo, base + lo + cnt, [&](size_t a, size_t b, bool is_norm) {
       AdamWHyper h = hyper;
@@ -679,6 +687,11 @@ void ZeroEngine::step_unit_chunked(int u, const AdamWHyper& hyper, int64_t step,
       else adamw_update(h, step, grad_scale, t);
     });
     if (separate_param && !bf16) std::memcpy(param_out, ptr[0], cnt * 4);
+    if (param_staged) {
+      compute_.copy(s.param.ptr<char>() + lo * esz, param_stage_.data(), cnt * esz);
+      compute_.synchronize();  // the staging buffer is refilled by the next chunk
+      traffic_.h2d_bytes += cnt * esz;
+    }
     if (opt_nvme || param_nvme) {
       std::vector<IoRequest> reqs;
       if (opt_nvme)

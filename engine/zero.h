@@ -181,6 +181,7 @@ class ZeroEngine {
   std::vector<Slot> grad_slots_;
   Buffer reduce_tmp_;     // one shard of f32 for reduce-scatter results (device)
   Buffer grad_stage_;     // one shard of f32 in pinned host memory (non host-addressable devices)
+  Buffer param_stage_;    // one compute-copy shard in pinned host memory (the same)
   Buffer norm_parts_;     // one double per unit (device)
   Buffer norm_host_;      // the same on the host
   std::vector<int> order_;  // the current pass's unit order
