@@ -2,9 +2,8 @@
 // stream it is enqueued on, so the stream's worker thread issues the MPI call in stream order
 // and communication overlaps compute running on other streams.
 //
-// MPI is initialized with MPI_THREAD_MULTIPLE where the library offers it (communication
-// streams and the host thread may both call MPI); with MPI_THREAD_SERIALIZED the engine's
-// discipline (host-side calls such as split() only while streams are idle) still holds.
+// MPI is initialized with MPI_THREAD_MULTIPLE: two communication streams (all-gathers and
+// reduce-scatters, each on its own communicator) and the host thread may call MPI at once.
 // It does not stage device memory: with a CUDA device, NCCL is the communicator.
 #include <mpi.h>
 
@@ -48,9 +47,10 @@ struct MpiRuntime {
     } else {
       MPI_Query_thread(&provided);
     }
-    if (provided < MPI_THREAD_SERIALIZED)
+    if (provided < MPI_THREAD_MULTIPLE)
       fail("comm::mpi_init", str("the MPI library offers thread level ", provided,
-                                 "; strata needs MPI_THREAD_SERIALIZED or better"),
+                                 "; strata needs MPI_THREAD_MULTIPLE (gathers and reductions run "
+                                 "on two streams at once)"),
            "use an MPI built with thread support (Debian's Open MPI is)");
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     STRATA_MPI_CHECK(MPI_Op_create(&bf16_sum, 1, &bf16_sum_op));

@@ -77,7 +77,7 @@ MemoryPlan plan_memory(const Config& c, int dp, const PlanMachine& machine) {
     add(Tier::device, str("gathered parameters (", slots, " units)"), slots * per);
   }
   if (!zero_aliased_grads(zo, dp)) {
-    uint64_t slots = 2 + (c.model.tie_embeddings ? 1 : 0);
+    uint64_t slots = uint64_t(zero_grad_slots(zo));
     add(Tier::device, str("full gradients (", slots, " units)"), slots * full * 4);
     if (dp > 1) add(Tier::device, "reduce-scatter result (1 shard)", max_shard * 4);
   }

@@ -67,7 +67,7 @@ struct Trainer::Impl {
   std::unique_ptr<Stream> host_stream;
   std::unique_ptr<tbb::global_control> threads;
   std::unique_ptr<Device> device;
-  std::unique_ptr<Stream> compute, comm;
+  std::unique_ptr<Stream> compute, comm, reduce;
   std::unique_ptr<LlamaModel> model;
   std::unique_ptr<ModelRunner> runner;
   std::unique_ptr<ZeroEngine> zero;
@@ -137,13 +137,14 @@ struct Trainer::Impl {
     }
     compute = device->make_stream("compute");
     comm = device->make_stream("comm");
+    reduce = device->make_stream("reduce");
     model = std::make_unique<LlamaModel>(cfg.model, dp);
     runner = std::make_unique<ModelRunner>(*model, *device, cfg.data.micro_batch, cfg.data.seq_len,
                                            cfg.zero.activation_checkpointing, cfg.train.grad_accum);
     ZeroOptions zo = zero_options(cfg);
     zo.adam_isa = opt.adam_isa;
     zo.io_faults = opt.io_faults;
-    zero = std::make_unique<ZeroEngine>(*model, *device, *dpc, *compute, *comm, zo);
+    zero = std::make_unique<ZeroEngine>(*model, *device, *dpc, *compute, *comm, *reduce, zo);
     if (opt.init_from.empty()) {
       zero->init_from_seed(cfg.train.seed);
     } else {
@@ -255,6 +256,7 @@ struct Trainer::Impl {
     }
     r.loss = mean_loss(A, tokens_per_rank);
     comm->synchronize();
+    reduce->synchronize();
     r.compute_ms = ms_since(t0);
     r.wait_comm_ms = compute->waited_ms() - waited0;
     r.traffic = zero->take_traffic();

@@ -105,6 +105,9 @@ uint64_t zero_chunk_bytes(const ZeroOptions& o, size_t max_shard_elems) {
   return std::clamp<uint64_t>(o.optimizer_chunk / unit * unit, unit, uint64_t(max_shard_elems) * 4);
 }
 bool zero_nvme_params(const ZeroOptions& o) { return o.params == Tier::nvme; }
+int zero_grad_slots(const ZeroOptions& o) {
+  return 2 + (o.prefetch > 0 ? 1 : 0) + (o.keep_embedding ? 1 : 0);
+}
 bool zero_chunk_io(const ZeroOptions& o) {
   return o.optimizer == Tier::nvme || (o.params == Tier::nvme && !zero_param_is_master(o));
 }
@@ -130,8 +133,9 @@ ZeroOptions zero_options(const Config& cfg) {
 }
 
 ZeroEngine::ZeroEngine(const LlamaModel& model, Device& device, Communicator& dp, Stream& compute,
-                       Stream& comm, const ZeroOptions& options)
-    : model_(model), device_(device), dp_(dp), compute_(compute), comm_(comm), opt_(options),
+                       Stream& comm, Stream& reduce, const ZeroOptions& options)
+    : model_(model), device_(device), dp_(dp), dp_reduce_(dp.split(0, dp.rank())),
+      compute_(compute), comm_(comm), reduce_(reduce), opt_(options),
       grads_tier_(effective_grads_tier(options)) {
   STRATA_CHECK(model.unit(0).layout.dp() == dp.size(), "zero::init", "layouts finalized for dp=",
                model.unit(0).layout.dp(), " but the data-parallel group has ", dp.size(), " ranks");
@@ -224,7 +228,7 @@ ZeroEngine::ZeroEngine(const LlamaModel& model, Device& device, Communicator& dp
     }
   }
   if (!aliased_grads()) {
-    int n_slots = 2 + (opt_.keep_embedding ? 1 : 0);
+    int n_slots = zero_grad_slots(opt_);
     grad_slots_.resize(size_t(n_slots));
     for (auto& sl : grad_slots_) {
       sl.full = device.alloc(full * 4, "full gradient");
@@ -291,6 +295,7 @@ ZeroEngine::~ZeroEngine() {
   try {
     compute_.synchronize();
     comm_.synchronize();
+    reduce_.synchronize();
   } catch (const std::exception& e) {
     log_warn("zero", "error while draining streams at shutdown: ", e.what());
   }
@@ -523,26 +528,26 @@ void ZeroEngine::reduce_grad(int u) {
   const FlatLayout& L = model_.unit(u).layout;
   const size_t n = L.shard_numel();
   compute_.record(*sl.ready);
-  comm_.wait(*sl.ready);
+  reduce_.wait(*sl.ready);
   const float* part = sl.full.as<float>();  // one rank: the full gradient is the shard
   if (dp_.size() > 1) {
-    dp_.reduce_scatter(comm_, reduce_tmp_.data(), sl.full.data(), n, CommType::f32, ReduceOp::sum);
+    dp_reduce_->reduce_scatter(reduce_, reduce_tmp_.data(), sl.full.data(), n, CommType::f32, ReduceOp::sum);
     traffic_.comm_bytes += L.padded_numel() * 4;
     part = reduce_tmp_.as<float>();
   }
   float* g = s.grad.ptr<float>();
   if (grads_tier_ == Tier::device || device_.host_addressable()) {
-    device_.ops().add(comm_, g, g, part, n);
+    device_.ops().add(reduce_, g, g, part, n);
     if (grads_tier_ == Tier::host) traffic_.d2h_bytes += n * 4;
   } else {
     float* stage = grad_stage_.as<float>();
-    comm_.copy(stage, part, n * 4);
-    comm_.host_task("accumulate host gradient", [g, stage, n] {
+    reduce_.copy(stage, part, n * 4);
+    reduce_.host_task("accumulate host gradient", [g, stage, n] {
       for (size_t i = 0; i < n; ++i) g[i] += stage[i];
     });
     traffic_.d2h_bytes += n * 4;
   }
-  comm_.record(*sl.free);
+  reduce_.record(*sl.free);
   sl.owner = -1;
   s.grad_slot = -1;
 }
@@ -552,6 +557,7 @@ void ZeroEngine::reduce_grad(int u) {
 double ZeroEngine::grad_norm() {
   compute_.synchronize();
   comm_.synchronize();
+  reduce_.synchronize();
   Ops& ops = device_.ops();
   double* parts = norm_parts_.as<double>();
   double* h = norm_host_.as<double>();
@@ -583,6 +589,7 @@ void ZeroEngine::optimizer_step(const AdamWHyper& hyper, int64_t step, float gra
                                 bool decay_norms) {
   compute_.synchronize();
   comm_.synchronize();
+  reduce_.synchronize();
   for (int u = 0; u < model_.num_units(); ++u) {
     if (opt_.optimizer == Tier::device && !device_.host_addressable())
       step_unit_on_device(u, hyper, step, grad_scale, decay_norms);
@@ -726,6 +733,7 @@ std::vector<float> ZeroEngine::gather_to_host(int u, bool grads) {
   const size_t n = L.shard_numel();
   compute_.synchronize();
   comm_.synchronize();
+  reduce_.synchronize();
   std::vector<float> mine(n);
   const Unit& s = units_[size_t(u)];
   read_shard(grads ? s.grad : s.master, 4, 0, n, mine.data());
@@ -743,6 +751,7 @@ std::vector<float> ZeroEngine::gather_to_host(int u, bool grads) {
 void ZeroEngine::set_values(int u, size_t offset, const std::vector<float>& values) {
   compute_.synchronize();
   comm_.synchronize();
+  reduce_.synchronize();
   Unit& s = units_[size_t(u)];
   const size_t n = model_.unit(u).layout.shard_numel(), begin = size_t(dp_.rank()) * n;
   size_t b = std::max(begin, offset), e = std::min(begin + n, offset + values.size());

@@ -9,8 +9,9 @@
 // offload.params' tier; in f32 on the optimizer's tier it is the master itself).
 // Gathered full parameters live in a fixed pool of device slots (prefetch + 1, plus one for the
 // tied embedding), so the gathered working set is bounded by construction; gradient slots
-// likewise. Gathers and reductions run on the communication stream, ordered against the compute
-// stream by events — never by host synchronization. NVMe reads and writes run on the swapper's
+// likewise. All-gathers run on the communication stream and reduce-scatters on a reduction
+// stream of their own (over a duplicate communicator, as FSDP does), each ordered against the
+// compute stream by events — never by host synchronization. NVMe reads and writes run on the swapper's
 // thread through staging buffers of a fixed pinned pool; NVMe reads of compute copies run
 // offload.prefetch units ahead of the pass order given to begin_pass(). Once the swapper exists,
 // only its thread touches the FileIO (the engine's thread submits jobs and waits for tickets).
@@ -80,6 +81,9 @@ bool zero_aliased_grads(const ZeroOptions& o, int dp);
 // Optimizer pipeline chunk (bytes per array): offload.optimizer_chunk, no larger than a shard.
 uint64_t zero_chunk_bytes(const ZeroOptions& o, size_t max_shard_elems);
 bool zero_nvme_params(const ZeroOptions& o);   // the compute copy is read from NVMe every pass
+// Full-gradient slots: two (one in backward, one being reduced), a third when prefetching so a
+// reduce-scatter finishing late does not stall the backward, one more for a tied embedding.
+int zero_grad_slots(const ZeroOptions& o);
 bool zero_chunk_io(const ZeroOptions& o);      // the optimizer step moves chunks through NVMe
 
 // What this rank holds, by the engine's own accounting.
@@ -104,8 +108,10 @@ struct ZeroTraffic {
 
 class ZeroEngine {
  public:
+  // comm carries the all-gathers, reduce the reduce-scatters (over a duplicate of dp), so that
+  // neither waits in line behind the other.
   ZeroEngine(const LlamaModel& model, Device& device, Communicator& dp, Stream& compute,
-             Stream& comm, const ZeroOptions& options);
+             Stream& comm, Stream& reduce, const ZeroOptions& options);
   ~ZeroEngine();
   ZeroEngine(const ZeroEngine&) = delete;
   ZeroEngine& operator=(const ZeroEngine&) = delete;
@@ -172,8 +178,10 @@ class ZeroEngine {
   const LlamaModel& model_;
   Device& device_;
   Communicator& dp_;
+  std::unique_ptr<Communicator> dp_reduce_;  // a duplicate of dp_ for the reduce stream
   Stream& compute_;
   Stream& comm_;
+  Stream& reduce_;
   ZeroOptions opt_;
   Tier grads_tier_;
   std::vector<Unit> units_;

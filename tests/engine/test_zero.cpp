@@ -19,6 +19,7 @@
 
 #include "engine/comm.h"
 #include "engine/comm_registry.h"
+#include "engine/model.h"
 #include "engine/trainer.h"
 
 using namespace strata;
@@ -172,9 +173,13 @@ TEST(Zero3, EachRankHoldsItsShareOfTheState) {
     EXPECT_LE(n.memory.shard_bytes + n.memory.gathered_bytes, bound + 5 * 4 * 2048 * 4 /*units' padding*/)
         << "prefetch " << prefetch;
     if (world().size() > 1) {
-      // The working set is prefetch + 1 parameter slots and 2 gradient slots of the largest unit.
-      uint64_t unit_bytes = n.memory.gathered_bytes / uint64_t(prefetch + 1 + 2);
-      EXPECT_EQ(n.memory.gathered_bytes, uint64_t(prefetch + 3) * unit_bytes);
+      // The working set is prefetch + 1 parameter slots and 2 gradient slots (3 when
+      // prefetching) of the largest unit, and one shard for the reduce-scatter result.
+      const uint64_t units = uint64_t(prefetch + 1 + 2 + (prefetch > 0 ? 1 : 0));
+      LlamaModel model(c.model, world().size());
+      uint64_t largest = 0;
+      for (const auto& u : model.units()) largest = std::max<uint64_t>(largest, u.layout.padded_numel());
+      EXPECT_EQ(n.memory.gathered_bytes, units * largest * 4);
     }
     if (world().rank() == 0)
       std::printf("[memory] prefetch %d: 1 rank %llu bytes of state; %d ranks %llu shards + %llu gathered per rank\n",
