@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 
 #include "bench/io_bench.h"
@@ -75,6 +76,10 @@ nlohmann::json run_sweep(Communicator& world, const SweepOptions& o) {
   if (any_nvme && base.offload.nvme_path.empty())
     fail("bench::sweep", "an NVMe placement needs offload.nvme_path", "--set offload.nvme_path=DIR");
 
+  for (const auto& d : base.offload.nvme_path) {
+    std::error_code ec;
+    std::filesystem::create_directories(d, ec);  // as the engine does
+  }
   nlohmann::json io = nullptr;
   double read_gbps = 0, write_gbps = 0;
   if (any_nvme && o.io_bench_bytes > 0) {
@@ -203,10 +208,14 @@ std::string sweep_csv(const nlohmann::json& s) {
   return out;
 }
 
-// Device memory (y) against throughput (x): one point per placement, with its host and NVMe
-// bytes in the label. Axes start at zero so distances read as ratios.
+// Device memory (y) against throughput (x): one numbered point per placement, and a legend
+// below the plot with each placement's host and NVMe bytes. Axes start at zero so distances
+// read as ratios.
 std::string sweep_svg(const nlohmann::json& s) {
-  const double W = 720, H = 440, L = 90, R = 30, T = 50, B = 60;
+  const size_t n = s["rows"].size();
+  const double W = 760, L = 90, R = 30, T = 50, PH = 300;  // plot height
+  const double H = T + PH + 60 + 20.0 * double(n) + 20;
+  const double B = H - T - PH;  // space below the plot
   double xmax = 1, ymax = 1;
   for (const auto& r : s["rows"]) {
     xmax = std::max(xmax, r["tokens_per_s"].get<double>());
@@ -215,9 +224,9 @@ std::string sweep_svg(const nlohmann::json& s) {
   xmax *= 1.15;
   ymax *= 1.2;
   auto X = [&](double x) { return L + (W - L - R) * x / xmax; };
-  auto Y = [&](double y) { return H - B - (H - T - B) * y / ymax; };
+  auto Y = [&](double y) { return T + PH - PH * y / ymax; };
   std::string o;
-  char buf[512];
+  char buf[640];
   std::snprintf(buf, sizeof buf,
                 "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
                 "font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
@@ -227,12 +236,10 @@ std::string sweep_svg(const nlohmann::json& s) {
                 "<text x=\"%.0f\" y=\"24\" font-size=\"15\">strata bench sweep: device memory against throughput (%d rank%s)</text>\n",
                 L, s["ranks"].get<int>(), s["ranks"].get<int>() == 1 ? "" : "s");
   o += buf;
-  // axes and ticks
-  std::snprintf(buf, sizeof buf, "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"black\"/>\n",
-                L, H - B, W - R, H - B);
-  o += buf;
-  std::snprintf(buf, sizeof buf, "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"black\"/>\n",
-                L, T, L, H - B);
+  std::snprintf(buf, sizeof buf,
+                "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"black\"/>\n"
+                "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"black\"/>\n",
+                L, T + PH, W - R, T + PH, L, T, L, T + PH);
   o += buf;
   for (int i = 0; i <= 5; ++i) {
     double xv = xmax * i / 5, yv = ymax * i / 5;
@@ -240,28 +247,39 @@ std::string sweep_svg(const nlohmann::json& s) {
                   "<text x=\"%.1f\" y=\"%.0f\" text-anchor=\"middle\">%.0f</text>\n"
                   "<text x=\"%.0f\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n"
                   "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n",
-                  X(xv), H - B + 18, xv, L - 6, Y(yv) + 4, format_bytes(uint64_t(yv)).c_str(), L, Y(yv),
+                  X(xv), T + PH + 18, xv, L - 6, Y(yv) + 4, format_bytes(uint64_t(yv)).c_str(), L, Y(yv),
                   W - R, Y(yv));
     o += buf;
   }
   std::snprintf(buf, sizeof buf,
-                "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">tokens/s</text>\n"
+                "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">tokens/s (all ranks)</text>\n"
                 "<text x=\"18\" y=\"%.0f\" transform=\"rotate(-90 18 %.0f)\" text-anchor=\"middle\">peak device bytes per rank</text>\n",
-                (L + W - R) / 2, H - 16, (T + H - B) / 2, (T + H - B) / 2);
+                (L + W - R) / 2, T + PH + 40, T + PH / 2, T + PH / 2);
   o += buf;
   const char* colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"};
   int i = 0;
   for (const auto& r : s["rows"]) {
     double x = X(r["tokens_per_s"].get<double>()), y = Y(double(r["peak_bytes"]["device"].get<uint64_t>()));
-    const char* c = colors[i++ % 6];
+    const char* c = colors[i % 6];
+    // Points that coincide are offset vertically by their index so each number stays legible.
     std::snprintf(buf, sizeof buf,
                   "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"6\" fill=\"%s\"/>\n"
-                  "<text x=\"%.1f\" y=\"%.1f\" fill=\"%s\">%s (host %s, nvme %s)</text>\n",
-                  x, y, c, x + 9, y - 8, c, r["placement"].get<std::string>().c_str(),
+                  "<text x=\"%.1f\" y=\"%.1f\" fill=\"%s\" font-weight=\"bold\">%d</text>\n",
+                  x, y, c, x - 3.5, y - 10 - 12.0 * (i % 3), c, i + 1);
+    o += buf;
+    double ly = T + PH + 62 + 20.0 * i;
+    std::snprintf(buf, sizeof buf,
+                  "<circle cx=\"%.0f\" cy=\"%.0f\" r=\"5\" fill=\"%s\"/>\n"
+                  "<text x=\"%.0f\" y=\"%.0f\">%d  %s (params:optimizer): %.0f tok/s, device %s, host %s, nvme %s</text>\n",
+                  L + 5, ly - 4, c, L + 16, ly, i + 1, r["placement"].get<std::string>().c_str(),
+                  r["tokens_per_s"].get<double>(),
+                  format_bytes(r["peak_bytes"]["device"].get<uint64_t>()).c_str(),
                   format_bytes(r["peak_bytes"]["host_state"].get<uint64_t>() + r["peak_bytes"]["pinned"].get<uint64_t>()).c_str(),
                   format_bytes(r["peak_bytes"]["nvme"].get<uint64_t>()).c_str());
     o += buf;
+    ++i;
   }
+  (void)B;
   o += "</svg>\n";
   return o;
 }

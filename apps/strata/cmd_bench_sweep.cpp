@@ -2,6 +2,9 @@
 // [--placements p,...] [--out PREFIX] [--json]`: one short training per placement
 // (bench/sweep_bench.h); rank 0 prints and writes PREFIX.json/.csv/.svg.
 #include <cstdio>
+#include <fstream>
+
+#include "core/error.h"
 
 #include "apps/strata/commands.h"
 #include "apps/strata/common.h"
@@ -14,6 +17,7 @@ void register_bench_sweep(CLI::App& bench) {
   struct Args {
     SweepOptions options;
     std::string io_bytes = "1G";
+    std::string render;
     bool json = false;
   };
   auto args = std::make_shared<Args>();
@@ -28,8 +32,18 @@ void register_bench_sweep(CLI::App& bench) {
   cmd->add_option("--out", args->options.out_prefix, "write PREFIX.json, PREFIX.csv and PREFIX.svg");
   cmd->add_option("--io-bytes", args->io_bytes, "size of the NVMe rate measurement (0: skip)")
       ->capture_default_str();
+  cmd->add_option("--render", args->render, "re-render a saved PREFIX.json as CSV and SVG under --out");
   cmd->add_flag("--json", args->json, "print one JSON object on stdout");
   cmd->callback([args] {
+    if (!args->render.empty()) {
+      std::ifstream in(args->render);
+      if (!in) fail("bench::sweep", str("cannot open '", args->render, "'"));
+      nlohmann::json j = nlohmann::json::parse(in);
+      if (args->options.out_prefix.empty()) fail("bench::sweep", "--render needs --out PREFIX");
+      std::ofstream(args->options.out_prefix + ".csv") << sweep_csv(j);
+      std::ofstream(args->options.out_prefix + ".svg") << sweep_svg(j);
+      return;
+    }
     args->options.io_bench_bytes = parse_bytes(args->io_bytes, "--io-bytes");
     auto world = make_world();
     nlohmann::json j = run_sweep(*world, args->options);
