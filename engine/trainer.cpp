@@ -480,39 +480,35 @@ void Trainer::save(const std::string& dir, const std::string& dtype) {
   impl_->zero->save(dir, parse_dtype(dtype));
 }
 
+namespace {
+// The unit holding parameter `name` and its view there; Error naming `where` when absent.
+std::pair<int, const ParamView*> locate(const LlamaModel& model, const std::string& name,
+                                        const char* where) {
+  for (int u = 0; u < model.num_units(); ++u)
+    if (const ParamView* v = model.unit(u).layout.find(name)) return {u, v};
+  fail(where, str("no parameter named '", name, "'"));
+}
+
+std::vector<float> slice(const std::vector<float>& all, const ParamView& v) {
+  return std::vector<float>(all.begin() + long(v.offset), all.begin() + long(v.offset + v.numel));
+}
+}  // namespace
+
 std::vector<float> Trainer::parameter(const std::string& name) {
-  Impl& m = *impl_;
-  for (int u = 0; u < m.model->num_units(); ++u) {
-    const ParamView* v = m.model->unit(u).layout.find(name);
-    if (!v) continue;
-    std::vector<float> all = m.zero->gather_unit_to_host(u);
-    return std::vector<float>(all.begin() + long(v->offset), all.begin() + long(v->offset + v->numel));
-  }
-  fail("train::parameter", str("no parameter named '", name, "'"));
+  auto [u, v] = locate(*impl_->model, name, "train::parameter");
+  return slice(impl_->zero->gather_unit_to_host(u), *v);
 }
 
 std::vector<float> Trainer::gradient(const std::string& name) {
-  Impl& m = *impl_;
-  for (int u = 0; u < m.model->num_units(); ++u) {
-    const ParamView* v = m.model->unit(u).layout.find(name);
-    if (!v) continue;
-    std::vector<float> all = m.zero->gather_grad_to_host(u);
-    return std::vector<float>(all.begin() + long(v->offset), all.begin() + long(v->offset + v->numel));
-  }
-  fail("train::gradient", str("no parameter named '", name, "'"));
+  auto [u, v] = locate(*impl_->model, name, "train::gradient");
+  return slice(impl_->zero->gather_grad_to_host(u), *v);
 }
 
 void Trainer::set_parameter(const std::string& name, const std::vector<float>& values) {
-  Impl& m = *impl_;
-  for (int u = 0; u < m.model->num_units(); ++u) {
-    const ParamView* v = m.model->unit(u).layout.find(name);
-    if (!v) continue;
-    if (values.size() != v->numel)
-      fail("train::set_parameter", str("'", name, "' has ", v->numel, " elements, got ", values.size()));
-    m.zero->set_values(u, v->offset, values);
-    return;
-  }
-  fail("train::set_parameter", str("no parameter named '", name, "'"));
+  auto [u, v] = locate(*impl_->model, name, "train::set_parameter");
+  if (values.size() != v->numel)
+    fail("train::set_parameter", str("'", name, "' has ", v->numel, " elements, got ", values.size()));
+  impl_->zero->set_values(u, v->offset, values);
 }
 
 double Trainer::forward_logits(const int32_t* inputs, const int32_t* targets,

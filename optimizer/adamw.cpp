@@ -90,8 +90,9 @@ void parallel_over(size_t n, const F& f) {
                     });
 }
 
-void check_tensors(const AdamWTensors& t) {
-  constexpr const char* kWhere = "optimizer::adamw_update";
+}  // namespace
+
+void adamw_check_tensors(const AdamWTensors& t, const char* kWhere) {
   if (!t.param) fail(kWhere, str("param is null (n = ", t.n, ")"));
   if ((t.grad != nullptr) == (t.grad_bf16 != nullptr))
     fail(kWhere,
@@ -106,8 +107,6 @@ void check_tensors(const AdamWTensors& t) {
              t.v_bf16 ? "set" : "null"),
          "give m and v (f32 state) or m_bf16 and v_bf16 (bf16 state), not a mix");
 }
-
-}  // namespace
 
 std::string_view adam_isa_name(AdamIsa isa) {
   switch (isa) {
@@ -216,7 +215,7 @@ void adamw_update_isa(AdamIsa isa, const AdamWHyper& hyper, int64_t step, float 
   const AdamWKernels& k = adamw_kernels(isa);
   const AdamWStepConsts c = adamw_step_constants(hyper, step, grad_scale);
   if (t.n == 0) return;
-  check_tensors(t);
+  adamw_check_tensors(t, "optimizer::adamw_update");
   parallel_over(t.n, [&](size_t begin, size_t end) { k.update(c, t, begin, end); });
 }
 

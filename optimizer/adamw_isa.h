@@ -66,6 +66,10 @@ void scale_inplace_isa(AdamIsa isa, float* x, size_t n, float scale);
 void convert_f32_to_bf16_isa(AdamIsa isa, const float* x, uint16_t* out, size_t n);
 void stream_bound_isa(AdamIsa isa, const AdamWTensors& t);
 
+// Error (naming `where`) unless t has a parameter, exactly one gradient and one consistent
+// state dtype: the checks adamw_update and adamw_update_on_stream make at the call.
+void adamw_check_tensors(const AdamWTensors& t, const char* where);
+
 // The oneTBB thread count adamw_update uses now (the arena's concurrency within the process's
 // tbb::global_control limit).
 int adamw_threads();
