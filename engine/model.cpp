@@ -261,7 +261,7 @@ void ModelRunner::forward(Stream& s, int u, const float* p, const float* embeddi
   const UnitSpec& unit = model_.unit(u);
   switch (unit.kind) {
     case UnitKind::embedding:
-      ops.embedding_fwd(s, xs_[0], inputs_, p, N, C);
+      ops.embedding_fwd(s, xs_[0], inputs_, p, N, C, c.vocab_size);
       return;
     case UnitKind::block: {
       int l = unit.layer;

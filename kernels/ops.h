@@ -22,9 +22,10 @@ class Ops {
  public:
   virtual ~Ops() = default;
 
-  // out (N, C) = wte[tokens[n]]; tokens (N) int32 in [0, V); wte (V, C).
+  // out (N, C) = wte[tokens[n]]; tokens (N) int32 in [0, V) (a token outside is an Error);
+  // wte (V, C).
   virtual void embedding_fwd(Stream& s, float* out, const int32_t* tokens, const float* wte,
-                             int N, int C) = 0;
+                             int N, int C, int V) = 0;
   // dwte (V, C) += scatter of dout (N, C) by tokens.
   virtual void embedding_bwd(Stream& s, float* dwte, const float* dout, const int32_t* tokens,
                              int N, int C, int V) = 0;

@@ -19,10 +19,10 @@ class CpuOps final : public Ops {
  public:
   explicit CpuOps(CpuOpsMode mode) : reference_(mode == CpuOpsMode::reference) {}
 
-  void embedding_fwd(Stream& s, float* out, const int32_t* tokens, const float* wte, int N,
-                     int C) override {
+  void embedding_fwd(Stream& s, float* out, const int32_t* tokens, const float* wte, int N, int C,
+                     int V) override {
     launch(s, "embedding_fwd", cpu::fast::embedding_fwd, cpu::ref::embedding_fwd<float>, out,
-           tokens, wte, N, C);
+           tokens, wte, N, C, V);
   }
   void embedding_bwd(Stream& s, float* dwte, const float* dout, const int32_t* tokens, int N, int C,
                      int V) override {

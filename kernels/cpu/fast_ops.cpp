@@ -25,9 +25,9 @@ void check_tokens(const char* op, const int32_t* tokens, int N, int64_t V) {
 }  // namespace
 
 // out (N, C) = wte[tokens[n]].
-void embedding_fwd(float* out, const int32_t* tokens, const float* wte, int N, int C) {
+void embedding_fwd(float* out, const int32_t* tokens, const float* wte, int N, int C, int V) {
   check_dims("embedding_fwd", N, C);
-  check_tokens("embedding_fwd", tokens, N, INT32_MAX);  // V is not passed; negatives caught
+  check_tokens("embedding_fwd", tokens, N, V);
   parallel_rows(N, kEmbeddingRowsPerTask, [&](int64_t n0, int64_t n1) {
     for (int64_t n = n0; n < n1; ++n)
       std::memcpy(out + n * C, wte + int64_t(tokens[n]) * C, sizeof(float) * size_t(C));

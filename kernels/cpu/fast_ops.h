@@ -16,7 +16,7 @@
 
 namespace strata::cpu::fast {
 
-void embedding_fwd(float* out, const int32_t* tokens, const float* wte, int N, int C);
+void embedding_fwd(float* out, const int32_t* tokens, const float* wte, int N, int C, int V);
 void embedding_bwd(float* dwte, const float* dout, const int32_t* tokens, int N, int C, int V);
 
 void rmsnorm_fwd(float* out, float* rstd, const float* x, const float* w, int N, int C, float eps);

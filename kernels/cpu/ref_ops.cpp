@@ -17,10 +17,10 @@ using Acc = double;  // every reduction accumulates in double
 // ---- embedding ------------------------------------------------------------------------------
 
 template <class Real>
-void embedding_fwd(Real* out, const int32_t* tokens, const Real* wte, int N, int C) {
+void embedding_fwd(Real* out, const int32_t* tokens, const Real* wte, int N, int C, int V) {
   check_dims("embedding_fwd", N, C);
   for (int n = 0; n < N; ++n) {
-    if (tokens[n] < 0) fail_index("embedding_fwd", "token", n, tokens[n], INT32_MAX);
+    if (tokens[n] < 0 || tokens[n] >= V) fail_index("embedding_fwd", "token", n, tokens[n], V);
     for (int c = 0; c < C; ++c) out[size_t(n) * C + c] = wte[size_t(tokens[n]) * C + c];
   }
 }
@@ -341,7 +341,7 @@ void cast_bf16_to_f32(float* out, const uint16_t* in, size_t n) {
 // ---- instantiations -------------------------------------------------------------------------
 
 #define STRATA_REF_INSTANTIATE(Real)                                                               \
-  template void embedding_fwd<Real>(Real*, const int32_t*, const Real*, int, int);                 \
+  template void embedding_fwd<Real>(Real*, const int32_t*, const Real*, int, int, int);                 \
   template void embedding_bwd<Real>(Real*, const Real*, const int32_t*, int, int, int);            \
   template void rmsnorm_fwd<Real>(Real*, Real*, const Real*, const Real*, int, int, Real);         \
   template void rmsnorm_bwd<Real>(Real*, Real*, const Real*, const Real*, const Real*,             \

@@ -16,7 +16,7 @@ namespace strata::cpu::ref {
 
 // out (N, C) = wte[tokens[n]]; wte (V, C).
 template <class Real>
-void embedding_fwd(Real* out, const int32_t* tokens, const Real* wte, int N, int C);
+void embedding_fwd(Real* out, const int32_t* tokens, const Real* wte, int N, int C, int V);
 // dwte (V, C) += scatter of dout (N, C) by tokens.
 template <class Real>
 void embedding_bwd(Real* dwte, const Real* dout, const int32_t* tokens, int N, int C, int V);

@@ -54,11 +54,11 @@ void check_attention(const char* op, int B, int T, int H, int KVH, int D, int ld
 
 class CudaOps final : public Ops {
  public:
-  void embedding_fwd(Stream& s, float* out, const int32_t* tokens, const float* wte, int N,
-                     int C) override {
+  void embedding_fwd(Stream& s, float* out, const int32_t* tokens, const float* wte, int N, int C,
+                     int V) override {
     run(s, "embedding_fwd", [&](CudaStream& cs) {
       check_dims("embedding_fwd", N, C);
-      launch_embedding_fwd(cs, out, tokens, wte, N, C);
+      launch_embedding_fwd(cs, out, tokens, wte, N, C, V);
     });
   }
   void embedding_bwd(Stream& s, float* dwte, const float* dout, const int32_t* tokens, int N, int C,

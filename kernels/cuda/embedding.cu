@@ -16,11 +16,11 @@ namespace strata::cuda {
 namespace {
 
 __global__ void embedding_fwd_kernel(float* out, const int32_t* tokens, const float* wte, int C,
-                                     KernelFault* fault) {
+                                     int V, KernelFault* fault) {
   const int n = blockIdx.x;
   const int32_t t = tokens[n];
-  if (t < 0) {
-    if (threadIdx.x == 0) report_fault(fault, kFaultEmbeddingFwd, n, t, INT32_MAX);
+  if (t < 0 || t >= V) {
+    if (threadIdx.x == 0) report_fault(fault, kFaultEmbeddingFwd, n, t, V);
     return;
   }
   const float* src = wte + size_t(t) * C;
@@ -67,9 +67,9 @@ int bit_width(int v) {
 }  // namespace
 
 void launch_embedding_fwd(CudaStream& s, float* out, const int32_t* tokens, const float* wte, int N,
-                          int C) {
+                          int C, int V) {
   if (N == 0 || C == 0) return;
-  embedding_fwd_kernel<<<N, kThreads, 0, native(s)>>>(out, tokens, wte, C, s.fault());
+  embedding_fwd_kernel<<<N, kThreads, 0, native(s)>>>(out, tokens, wte, C, V, s.fault());
   STRATA_CUDA_LAUNCH_CHECK();
 }
 

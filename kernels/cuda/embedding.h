@@ -9,9 +9,9 @@ namespace strata::cuda {
 
 class CudaStream;
 
-// out (N, C) = wte[tokens[n]]; a negative token is a fault (reported at synchronize()).
+// out (N, C) = wte[tokens[n]]; a token outside [0, V) is a fault (reported at synchronize()).
 void launch_embedding_fwd(CudaStream& s, float* out, const int32_t* tokens, const float* wte, int N,
-                          int C);
+                          int C, int V);
 // dwte (V, C) += scatter of dout (N, C) by tokens; a token outside [0, V) is a fault and its row
 // is skipped. Uses the stream's scratch (a stable sort of the tokens).
 void launch_embedding_bwd(CudaStream& s, float* dwte, const float* dout, const int32_t* tokens,

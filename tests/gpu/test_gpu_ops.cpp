@@ -113,9 +113,9 @@ TEST(CudaOps, EmbeddingForwardIsExact) {
       auto wte = random_vec(size_t(V) * C, 1);
       auto tok = random_tokens(N, V, 2);
       std::vector<float> want(size_t(N) * C);
-      ref::embedding_fwd<float>(want.data(), tok.data(), wte.data(), N, C);
+      ref::embedding_fwd<float>(want.data(), tok.data(), wte.data(), N, C, V);
       Buffer dwte = g.upload(wte), dtok = g.upload(tok), out = g.dev->alloc(want.size() * 4, "out");
-      g.ops().embedding_fwd(*g.s, out.as<float>(), dtok.as<int32_t>(), dwte.as<float>(), N, C);
+      g.ops().embedding_fwd(*g.s, out.as<float>(), dtok.as<int32_t>(), dwte.as<float>(), N, C, V);
       expect_equal("embedding_fwd" + tag({{"N", N}, {"C", C}}), g.download<float>(out, want.size()), want);
     }
 }
@@ -148,7 +148,7 @@ TEST(CudaOps, EmbeddingReportsOutOfRangeTokensAtSynchronize) {
   Buffer dout = g.upload(random_vec(2 * C, 2)), dwte = g.upload(std::vector<float>(V * C, 0.0f));
   Buffer neg = g.upload(std::vector<int32_t>{1, -1}), big = g.upload(std::vector<int32_t>{4, 1});
   expect_stream_error(g, [&] {
-    g.ops().embedding_fwd(*g.s, out.as<float>(), neg.as<int32_t>(), wte.as<float>(), 2, C);
+    g.ops().embedding_fwd(*g.s, out.as<float>(), neg.as<int32_t>(), wte.as<float>(), 2, C, V);
   }, {"embedding_fwd", "-1", "row 1"});
   expect_stream_error(g, [&] {
     g.ops().embedding_bwd(*g.s, dwte.as<float>(), dout.as<float>(), big.as<int32_t>(), 2, C, V);

@@ -228,8 +228,8 @@ TEST(CpuOps, LaunchersPassArgumentsInOrder) {
   // embedding
   a.assign(size_t(N) * C, 0);
   b = a;
-  ops.embedding_fwd(*s, a.data(), emb_tokens.data(), wte.data(), N, C);
-  fast::embedding_fwd(b.data(), emb_tokens.data(), wte.data(), N, C);
+  ops.embedding_fwd(*s, a.data(), emb_tokens.data(), wte.data(), N, C, V);
+  fast::embedding_fwd(b.data(), emb_tokens.data(), wte.data(), N, C, V);
   s->synchronize();
   expect_same("embedding_fwd", a, b);
   a = wte;
@@ -445,7 +445,7 @@ BlockRun run_block(CpuOpsMode mode) {
   BlockRun r;
   r.losses = buf(N);
   // forward
-  ops.embedding_fwd(*s, x0.data(), tokens.data(), wte.data(), N, C);
+  ops.embedding_fwd(*s, x0.data(), tokens.data(), wte.data(), N, C, V);
   ops.rmsnorm_fwd(*s, h1.data(), r1.data(), x0.data(), n1.data(), N, C, 1e-5f);
   ops.linear_fwd(*s, qkv.data(), h1.data(), wqkv.data(), N, C, ldqkv);
   ops.rope_fwd(*s, qkv.data(), B, T, H, D, ldqkv, 10000.0f);

@@ -66,8 +66,8 @@ TEST(FastVsRef, EmbeddingForwardIsExact) {
       auto wte = random_vec(size_t(V) * C, 1);
       auto tok = random_tokens(N, V, 2);
       std::vector<float> a(size_t(N) * C), b(size_t(N) * C);
-      fast::embedding_fwd(a.data(), tok.data(), wte.data(), N, C);
-      ref::embedding_fwd<float>(b.data(), tok.data(), wte.data(), N, C);
+      fast::embedding_fwd(a.data(), tok.data(), wte.data(), N, C, V);
+      ref::embedding_fwd<float>(b.data(), tok.data(), wte.data(), N, C, V);
       expect_equal("embedding_fwd C=" + std::to_string(C), a, b);
     }
 }
@@ -92,8 +92,10 @@ TEST(FastVsRef, EmbeddingRejectsOutOfRangeTokens) {
   std::vector<int32_t> tok = {1, 4};
   EXPECT_THROW(fast::embedding_bwd(dwte.data(), dout.data(), tok.data(), 2, 3, 4), Error);
   EXPECT_THROW(ref::embedding_bwd<float>(dwte.data(), dout.data(), tok.data(), 2, 3, 4), Error);
+  EXPECT_THROW(fast::embedding_fwd(out.data(), tok.data(), wte.data(), 2, 3, 4), Error);
+  EXPECT_THROW(ref::embedding_fwd<float>(out.data(), tok.data(), wte.data(), 2, 3, 4), Error);
   tok = {1, -1};
-  EXPECT_THROW(fast::embedding_fwd(out.data(), tok.data(), wte.data(), 2, 3), Error);
+  EXPECT_THROW(fast::embedding_fwd(out.data(), tok.data(), wte.data(), 2, 3, 4), Error);
 }
 
 // ---- RMSNorm --------------------------------------------------------------------------------

@@ -75,7 +75,7 @@ TEST(GradCheck, Embedding) {
   auto tok = random_tokens(N, V, 1);
   Vec wte = rand_d(size_t(V) * C, 2), W = rand_d(size_t(N) * C, 3), out(size_t(N) * C);
   auto loss = [&] {
-    ref::embedding_fwd<double>(out.data(), tok.data(), wte.data(), N, C);
+    ref::embedding_fwd<double>(out.data(), tok.data(), wte.data(), N, C, V);
     return dot(out, W);
   };
   Vec dwte(wte.size(), 0.0);
