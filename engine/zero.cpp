@@ -32,14 +32,35 @@ struct ZeroEngine::Shard {
   T* ptr() const { return mem.as<T>(); }
 };
 
+// Where a unit's gathered parameters stand (docs/architecture.md, "The gather protocol"):
+//   idle ──fetch──▶ fetching ──gather──▶ gathered ──acquire──▶ held ──release──▶ idle
+//   idle ─────────────────────gather──▶ gathered          (compute copy not on NVMe)
+// fetching: a staging lease is held and an NVMe read (ticket) is in flight into it;
+// gathered: a parameter slot is owned and the gather into it is enqueued on the comm stream;
+// held: compute has waited for the slot's `ready` event and reads it until release().
+namespace {
+enum class GatherState : uint8_t { idle, fetching, gathered, held };
+
+const char* gather_state_name(GatherState g) {
+  switch (g) {
+    case GatherState::idle: return "idle";
+    case GatherState::fetching: return "fetching";
+    case GatherState::gathered: return "gathered";
+    case GatherState::held: return "held";
+  }
+  return "?";
+}
+}  // namespace
+
 struct ZeroEngine::Unit {
   Shard master, m, v;  // f32, the optimizer's tier
   Shard grad;          // f32, the grads tier, accumulated over micro-batches
   Shard param;         // compute copy (f32 or bf16), the params tier; empty when it is the master
-  int slot = -1;       // parameter slot holding the gathered unit, -1 when not gathered
-  int grad_slot = -1;  // gradient slot during backward
-  PinnedPool::Lease fetch_lease;     // NVMe compute copy being read ahead
-  uint64_t fetch_ticket = 0;         // its swapper ticket, 0 when none
+  GatherState gather = GatherState::idle;
+  int slot = -1;       // parameter slot while gathered or held, else -1
+  int grad_slot = -1;  // gradient slot from acquire_grad() to reduce_grad(), else -1
+  PinnedPool::Lease fetch_lease;     // while fetching: the staging buffer the read fills
+  uint64_t fetch_ticket = 0;         // while fetching: its swapper ticket (never 0 then)
 };
 
 struct ZeroEngine::Slot {
@@ -292,20 +313,24 @@ ZeroEngine::ZeroEngine(const LlamaModel& model, Device& device, Communicator& dp
 }
 
 ZeroEngine::~ZeroEngine() {
-  try {
-    compute_.synchronize();
-    comm_.synchronize();
-    reduce_.synchronize();
-  } catch (const std::exception& e) {
-    log_warn("zero", "error while draining streams at shutdown: ", e.what());
-  }
-  for (auto& s : units_)
-    if (s.fetch_ticket) {
-      try {
-        swapper_->wait(s.fetch_ticket);
-      } catch (...) {
-      }
+  // Nothing the streams or the swapper still do may touch memory freed below: drain every stream
+  // (one that fails does not skip the others), then every NVMe job, and stop the swapper before
+  // the staging pools it reads and writes are freed (members die in reverse order).
+  for (Stream* st : {&compute_, &comm_, &reduce_}) {
+    try {
+      st->synchronize();
+    } catch (const std::exception& e) {
+      log_warn("zero", "error while draining stream '", st->name(), "' at shutdown: ", e.what());
     }
+  }
+  if (swapper_) {
+    try {
+      swapper_->wait_all();
+    } catch (const std::exception& e) {
+      log_warn("zero", "error while draining NVMe jobs at shutdown: ", e.what());
+    }
+    swapper_.reset();
+  }
 }
 
 bool ZeroEngine::param_is_master() const { return zero_param_is_master(opt_); }
@@ -415,31 +440,64 @@ ZeroEngine::Slot& ZeroEngine::take_slot(std::vector<Slot>& pool, int u, const ch
       return sl;
     }
   }
-  fail("zero::schedule", str("no free ", what, " slot for unit ", model_.unit(u).name, " (",
-                             pool.size(), " slots all held)"),
-       "this is a scheduling bug: more units acquired or prefetched than the pool allows");
+  std::string owners;
+  for (size_t i = 0; i < pool.size(); ++i)
+    owners += str(i ? ", " : "", "slot ", i, ": ", model_.unit(pool[i].owner).name);
+  protocol_violation(u, str("no free ", what, " slot (", pool.size(), " slots, all owned: ", owners, ")"));
+}
+
+void ZeroEngine::protocol_violation(int u, const std::string& what) const {
+  const Unit& s = units_[size_t(u)];
+  fail("zero::schedule",
+       str("unit ", u, " (", model_.unit(u).name, "): ", what, " [state ",
+           gather_state_name(s.gather), ", parameter slot ", s.slot, ", gradient slot ",
+           s.grad_slot, ", ticket ", s.fetch_ticket, "]"),
+       "this is a scheduling bug in strata (the gather protocol of docs/architecture.md was "
+       "broken); please report it with the configuration");
+}
+
+int ZeroEngine::checked_unit(int u, const char* op) const {
+  if (u < 0 || u >= model_.num_units())
+    fail("zero::schedule", str(op, "(", u, "): no such unit (the model has ", model_.num_units(), ")"));
+  return u;
 }
 
 void ZeroEngine::begin_pass(const std::vector<int>& order) {
+  for (int u : order) checked_unit(u, "begin_pass");
+  // A unit left gathered but never acquired by the previous pass would hold a slot for ever.
+  for (int u = 0; u < model_.num_units(); ++u)
+    if (units_[size_t(u)].gather == GatherState::gathered)
+      protocol_violation(u, "a new pass begins while this unit is gathered but was never acquired");
   order_ = order;
   if (!param_pool_) return;
   const int ahead = std::min(opt_.nvme_prefetch, param_pool_->count() - 1);
   for (int k = 0; k < ahead && k < int(order_.size()); ++k) fetch_param(order_[size_t(k)]);
 }
 
+// idle → fetching: lease a staging buffer and start the NVMe read of unit u's compute copy.
+// A no-op for units whose compute copy is not on NVMe, or that are fetching or gathered already.
 void ZeroEngine::fetch_param(int u) {
-  if (u < 0 || u >= model_.num_units()) return;
   Unit& s = units_[size_t(u)];
   const Shard& src = param_shard(s);
-  if (src.tier != Tier::nvme || s.fetch_ticket || s.slot >= 0) return;
+  if (src.tier != Tier::nvme || s.gather != GatherState::idle) return;
   s.fetch_lease = param_pool_->acquire();
   s.fetch_ticket = swapper_->submit({swap_->request(IoOp::read, src.key, s.fetch_lease.data, src.bytes)});
+  s.gather = GatherState::fetching;
 }
 
+// idle | fetching → gathered: own a slot and enqueue the gather into it on the comm stream.
 void ZeroEngine::prefetch(int u) {
   if (direct_params() || u < 0 || u >= model_.num_units()) return;
   Unit& s = units_[size_t(u)];
-  if (s.slot >= 0) return;
+  if (s.gather == GatherState::gathered || s.gather == GatherState::held) return;
+  const Shard& ps = param_shard(s);
+  // The NVMe read must be issued before the slot is owned: a ticket is consumed only once
+  // it exists (the hang of offload.prefetch=0 waited for a read that was never issued).
+  if (ps.tier == Tier::nvme) {
+    fetch_param(u);
+    if (s.gather != GatherState::fetching || s.fetch_ticket == 0 || !s.fetch_lease)
+      protocol_violation(u, "gather of an NVMe compute copy without a read in flight");
+  }
   Slot& sl = take_slot(param_slots_, u, "parameter");
   s.slot = int(&sl - param_slots_.data());
   const FlatLayout& L = model_.unit(u).layout;
@@ -448,7 +506,6 @@ void ZeroEngine::prefetch(int u) {
   const CommType ct = bf16 ? CommType::bf16 : CommType::f32;
   void* gathered = bf16 ? sl.full16.data() : sl.full.data();
   comm_.wait(*sl.free);  // the previous occupant's readers are done
-  const Shard& ps = param_shard(s);
   const void* src = nullptr;
   if (ps.tier == Tier::device) {
     src = ps.mem.data();
@@ -459,12 +516,10 @@ void ZeroEngine::prefetch(int u) {
     if (ps.tier == Tier::host) {
       comm_.copy(stage, ps.mem.data(), bytes);
     } else {
-      fetch_param(u);
-      swapper_->wait(s.fetch_ticket);
-      s.fetch_ticket = 0;
+      const uint64_t ticket = std::exchange(s.fetch_ticket, 0);
+      swapper_->wait(ticket);
       comm_.copy(stage, s.fetch_lease.data, bytes);
-      param_pool_->release(s.fetch_lease, &comm_);
-      s.fetch_lease = {};
+      param_pool_->release(std::exchange(s.fetch_lease, {}), &comm_);
     }
     traffic_.h2d_bytes += bytes;
     src = stage;
@@ -479,12 +534,15 @@ void ZeroEngine::prefetch(int u) {
                                      L.padded_numel());
   }
   comm_.record(*sl.ready);
+  s.gather = GatherState::gathered;
 }
 
+// gathered → held (gathering first when needed); held stays held (a tied embedding is acquired
+// by the head and by its own unit).
 const float* ZeroEngine::acquire(int u) {
-  // Read ahead on NVMe along the pass order.
-  // Read ahead on NVMe along the pass order, as far as the staging pool allows (the buffer of
-  // unit u itself may still be held until its gather is enqueued).
+  checked_unit(u, "acquire");
+  // Read ahead on NVMe along the pass order, as far as the staging pool allows (unit u's own
+  // buffer may still be leased until its gather is enqueued, hence count() - 1).
   if (param_pool_ && !order_.empty()) {
     const int ahead = std::min(opt_.nvme_prefetch, param_pool_->count() - 1);
     auto it = std::find(order_.begin(), order_.end(), u);
@@ -493,24 +551,30 @@ const float* ZeroEngine::acquire(int u) {
   }
   Unit& s = units_[size_t(u)];
   if (direct_params()) return param_shard(s).ptr<float>();
-  if (s.slot < 0) prefetch(u);
+  if (s.gather == GatherState::idle || s.gather == GatherState::fetching) prefetch(u);
+  if (s.slot < 0 || param_slots_[size_t(s.slot)].owner != u)
+    protocol_violation(u, "acquire of a unit whose parameter slot it does not own");
   Slot& sl = param_slots_[size_t(s.slot)];
-  compute_.wait(*sl.ready);
+  if (s.gather == GatherState::gathered) compute_.wait(*sl.ready);
+  s.gather = GatherState::held;
   return sl.full.as<float>();
 }
 
+// held → idle: compute records that it is done with the slot.
 void ZeroEngine::release(int u) {
+  checked_unit(u, "release");
   if (direct_params()) return;
   Unit& s = units_[size_t(u)];
-  if (s.slot < 0) return;
+  if (s.gather != GatherState::held) protocol_violation(u, "release of a unit that was not acquired");
   Slot& sl = param_slots_[size_t(s.slot)];
   compute_.record(*sl.free);
   sl.owner = -1;
   s.slot = -1;
+  s.gather = GatherState::idle;
 }
 
 float* ZeroEngine::acquire_grad(int u) {
-  Unit& s = units_[size_t(u)];
+  Unit& s = units_[size_t(checked_unit(u, "acquire_grad"))];
   if (aliased_grads()) return s.grad.ptr<float>();  // one rank: accumulate into the shard itself
   if (s.grad_slot >= 0) return grad_slots_[size_t(s.grad_slot)].full.as<float>();
   Slot& sl = take_slot(grad_slots_, u, "gradient");
@@ -521,9 +585,9 @@ float* ZeroEngine::acquire_grad(int u) {
 }
 
 void ZeroEngine::reduce_grad(int u) {
+  Unit& s = units_[size_t(checked_unit(u, "reduce_grad"))];
   if (aliased_grads()) return;
-  Unit& s = units_[size_t(u)];
-  STRATA_CHECK(s.grad_slot >= 0, "zero::reduce_grad", "unit ", u, " has no gradient slot");
+  if (s.grad_slot < 0) protocol_violation(u, "reduce_grad of a unit whose gradient was not acquired");
   Slot& sl = grad_slots_[size_t(s.grad_slot)];
   const FlatLayout& L = model_.unit(u).layout;
   const size_t n = L.shard_numel();
@@ -585,8 +649,20 @@ double ZeroEngine::grad_norm() {
   return std::sqrt(h[0]);
 }
 
+void ZeroEngine::check_quiescent(const char* op) const {
+  for (int u = 0; u < model_.num_units(); ++u) {
+    const Unit& s = units_[size_t(u)];
+    if (s.gather != GatherState::idle)
+      protocol_violation(u, str(op, " while the unit's parameters are still ", gather_state_name(s.gather),
+                                " (a gathered copy would be stale after the update)"));
+    if (s.grad_slot >= 0)
+      protocol_violation(u, str(op, " while the unit's gradient was acquired and never reduced"));
+  }
+}
+
 void ZeroEngine::optimizer_step(const AdamWHyper& hyper, int64_t step, float grad_scale,
                                 bool decay_norms) {
+  check_quiescent("optimizer_step");
   compute_.synchronize();
   comm_.synchronize();
   reduce_.synchronize();
@@ -640,6 +716,26 @@ void ZeroEngine::step_unit_chunked(int u, const AdamWHyper& hyper, int64_t step,
   const bool param_nvme = separate_param && s.param.tier == Tier::nvme;
 
   ChunkSet sets[3];
+  // However this returns, no NVMe read or write may still target a chunk buffer once the buffer
+  // goes back to the pool (an Error mid-pipeline waits out the rest, keeping the first error).
+  struct Drain {
+    ZeroEngine& e;
+    ChunkSet* sets;
+    ~Drain() {
+      for (int i = 0; i < 3; ++i) {
+        for (uint64_t* t : {&sets[i].read, &sets[i].write}) {
+          if (!*t) continue;
+          try {
+            e.swapper_->wait(std::exchange(*t, 0));
+          } catch (const std::exception&) {  // the error that unwinds us is the one reported
+          }
+        }
+        if (e.chunk_pool_)
+          for (auto& b : sets[i].buf)
+            if (b) e.chunk_pool_->release(std::exchange(b, {}));
+      }
+    }
+  } drain{*this, sets};
   auto acquire_set = [&](ChunkSet& set) {
     if (set.write) {
       swapper_->wait(set.write);
@@ -709,10 +805,9 @@ void ZeroEngine::step_unit_chunked(int u, const AdamWHyper& hyper, int64_t step,
       set.write = swapper_->submit(std::move(reqs));
     }
   }
-  for (auto& set : sets) {
-    if (set.write) swapper_->wait(set.write);
-    for (auto& b : set.buf) chunk_pool_->release(b);
-  }
+  for (auto& set : sets)
+    if (set.write) swapper_->wait(std::exchange(set.write, 0));
+  // `drain` returns the buffers.
 }
 
 void ZeroEngine::zero_grads() {

@@ -158,6 +158,10 @@ class ZeroEngine {
   struct ChunkSet;
 
   Slot& take_slot(std::vector<Slot>& pool, int u, const char* what);
+  // A break of the gather protocol: an Error naming the unit, its state and slots (never a wait).
+  [[noreturn]] void protocol_violation(int u, const std::string& what) const;
+  int checked_unit(int u, const char* op) const;  // u, or an Error when no such unit
+  void check_quiescent(const char* op) const;     // every unit idle, no gradient slot owned
   bool direct_params() const;   // acquire() returns the device shard itself (no slot)
   bool aliased_grads() const;   // backward accumulates straight into the device grad shard
   bool param_is_master() const; // the compute copy is the master shard
