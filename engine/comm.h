@@ -28,6 +28,9 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual std::string backend() const = 0;  // "solo", "mpi", "nccl"
+  // The group's role ("world", "dp", "tp", ...), for messages and the watchdog's reports.
+  const std::string& name() const { return name_; }
+  void set_name(std::string name) { name_ = std::move(name); }
 
   // A new communicator over the ranks that pass the same color, ordered by key (MPI_Comm_split).
   // Collective over this communicator; called from the host, not on a stream.
@@ -44,6 +47,9 @@ class Communicator {
   virtual void send(Stream& s, const void* buf, size_t count, CommType t, int peer, int tag) = 0;
   virtual void recv(Stream& s, void* buf, size_t count, CommType t, int peer, int tag) = 0;
   virtual void barrier(Stream& s) = 0;
+
+ private:
+  std::string name_ = "world";
 };
 
 // The communicator of a single process (rank 0 of 1).

@@ -9,6 +9,7 @@
 namespace strata {
 
 std::unique_ptr<Communicator> make_mpi_world();
-void mpi_abort_if_running(int code);  // MPI_Abort(MPI_COMM_WORLD) when initialized and not finalized
+void mpi_abort_if_running(int code);
+bool mpi_running();  // initialized and not finalized  // MPI_Abort(MPI_COMM_WORLD) when initialized and not finalized
 
 }  // namespace strata

@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cstring>
 #include <mutex>
+#include <set>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -59,6 +60,25 @@ bool on_device(const void* p) {
 
 size_t round256(size_t n) { return (n + 255) / 256 * 256; }
 
+// Every live NCCL communicator of the process, so that ending the job can abort them all first
+// (ncclCommAbort is safe while another thread is blocked in the same communicator).
+std::mutex& live_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::set<ncclComm_t>& live_comms() {
+  static std::set<ncclComm_t> s;
+  return s;
+}
+void track(ncclComm_t c) {
+  std::lock_guard<std::mutex> lock(live_mutex());
+  live_comms().insert(c);
+}
+void untrack(ncclComm_t c) noexcept {
+  std::lock_guard<std::mutex> lock(live_mutex());
+  live_comms().erase(c);
+}
+
 class NcclCommunicator final : public Communicator {
  public:
   // Takes ownership of comm (aborting it if construction fails).
@@ -72,6 +92,7 @@ class NcclCommunicator final : public Communicator {
       STRATA_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
       STRATA_CUDA_CHECK(cudaMalloc(&barrier_, sizeof(float)));
       STRATA_CUDA_CHECK(cudaMemset(barrier_, 0, sizeof(float)));
+      track(comm_);
     } catch (...) {
       teardown(true);
       throw;
@@ -224,6 +245,7 @@ class NcclCommunicator final : public Communicator {
   void abort_now() noexcept {
     if (!comm_) return;
     log_warn("comm::nccl", "aborting the NCCL communicator (rank ", rank_, " of ", size_, ")");
+    untrack(comm_);
     ncclCommAbort(comm_);
     comm_ = nullptr;
   }
@@ -281,6 +303,7 @@ class NcclCommunicator final : public Communicator {
         abort_now();
       } else {
         if (stream_) cudaStreamSynchronize(stream_);  // every operation issued has completed
+        untrack(comm_);
         const ncclResult_t rc = ncclCommDestroy(comm_);
         if (rc != ncclSuccess) log_warn("comm::nccl", "ncclCommDestroy: ", ncclGetErrorString(rc));
         comm_ = nullptr;
@@ -314,6 +337,12 @@ class NcclCommunicator final : public Communicator {
 }  // namespace
 
 bool nccl_built() { return true; }
+
+void nccl_abort_all() noexcept {
+  std::lock_guard<std::mutex> lock(live_mutex());
+  for (ncclComm_t c : live_comms()) ncclCommAbort(c);
+  live_comms().clear();
+}
 
 std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, int cuda_device) {
   const int devices = cuda::device_count();

@@ -21,6 +21,9 @@
 namespace strata {
 
 bool nccl_built();
+// Aborts every NCCL communicator of the process (ncclCommAbort), for ending the job at once; the
+// communicators are unusable afterwards. A no-op without NCCL.
+void nccl_abort_all() noexcept;
 std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, int cuda_device);
 
 }  // namespace strata

@@ -1,11 +1,33 @@
-// engine/comm_registry.cpp — picks Solo or MPI for the world communicator.
+// engine/comm_registry.cpp — picks Solo or MPI for the world communicator, and ends the whole
+// job when one rank cannot go on (NCCL communicators aborted first, then MPI_Abort).
 #include "engine/comm_registry.h"
 
+#include <cstdio>
 #include <cstdlib>
 
+#include "core/watchdog.h"
 #include "engine/comm_mpi.h"
+#include "engine/comm_nccl.h"
 
 namespace strata {
+namespace {
+
+int env_int(std::initializer_list<const char*> names, int fallback) {
+  for (const char* v : names)
+    if (const char* e = std::getenv(v)) return std::atoi(e);
+  return fallback;
+}
+
+// The watchdog's handler: the report, with this rank, then the end of every rank.
+[[noreturn]] void end_job_on_timeout(const std::string& report) {
+  std::fprintf(stderr, "strata: rank %d of %d: %s\n", world_rank_hint(), world_size_hint(),
+               report.c_str());
+  std::fflush(stderr);
+  abort_world(3);
+  std::abort();  // not launched by MPI: this process is the job
+}
+
+}  // namespace
 
 bool launched_by_mpi() {
   for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"})
@@ -13,9 +35,20 @@ bool launched_by_mpi() {
   return false;
 }
 
-void abort_world(int code) { mpi_abort_if_running(code); }
+int world_rank_hint() { return env_int({"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"}, 0); }
+int world_size_hint() { return env_int({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}, 1); }
+
+void abort_world(int code) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  nccl_abort_all();
+  mpi_abort_if_running(code);
+}
+
+bool world_has_peers() { return launched_by_mpi() && world_size_hint() > 1 && mpi_running(); }
 
 std::unique_ptr<Communicator> make_world_communicator() {
+  watchdog_set_handler(&end_job_on_timeout);
   if (launched_by_mpi()) return make_mpi_world();
   return make_solo_communicator();
 }

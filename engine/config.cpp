@@ -227,6 +227,9 @@ const std::vector<Key>& keys() {
        "tensor-parallel ranks; divides n_heads, n_kv_heads and ffn_dim", at_least(1)},
       {STRATA_CONFIG_KEY(parallel, pp), Kind::integer,
        "pipeline stages; at most n_layers + 2 units", at_least(1)},
+      {STRATA_CONFIG_KEY(parallel, timeout), Kind::real,
+       "seconds a collective or stream wait may last; past it the job is ended with a report "
+       "naming the operation, the step and the ranks that did not arrive", between(1, 86400)},
       // [io]
       {STRATA_CONFIG_KEY(io, backend), Kind::choice,
        "file I/O backend; auto = io_uring when available, else POSIX", any(),

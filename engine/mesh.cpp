@@ -31,6 +31,9 @@ Mesh make_mesh(Communicator& world, int dp, int tp, int pp) {
   m.dp_comm = world.split(m.pp_index * tp + m.tp_index, m.dp_index);
   m.tp_comm = world.split(m.pp_index * dp + m.dp_index, m.tp_index);
   m.pp_comm = world.split(m.dp_index * tp + m.tp_index, m.pp_index);
+  m.dp_comm->set_name("dp");
+  m.tp_comm->set_name("tp");
+  m.pp_comm->set_name("pp");
   return m;
 }
 

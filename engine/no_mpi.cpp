@@ -14,4 +14,5 @@ std::unique_ptr<Communicator> make_mpi_world() {
 namespace strata {
 bool mpi_built() { return false; }
 void mpi_abort_if_running(int) {}
+bool mpi_running() { return false; }
 }  // namespace strata

@@ -5,6 +5,7 @@
 namespace strata {
 
 bool nccl_built() { return false; }
+void nccl_abort_all() noexcept {}
 
 std::unique_ptr<Communicator> make_nccl_communicator(Communicator&, int) {
   fail("comm::nccl", "this strata was not built with NCCL",

@@ -16,6 +16,7 @@
 #include "core/log.h"
 #include "core/size.h"
 #include "core/trace.h"
+#include "core/watchdog.h"
 #include "engine/comm_nccl.h"
 #include "engine/data.h"
 #include "engine/mesh.h"
@@ -84,6 +85,17 @@ struct Trainer::Impl {
     if (cfg.parallel.tp != 1 || cfg.parallel.pp != 1)
       fail("train::init", "tensor and pipeline parallelism are not available yet",
            "set parallel.tp = 1 and parallel.pp = 1");
+    watchdog_set_timeout(cfg.parallel.timeout);
+    watchdog_set_step(-1);
+    watchdog_set_phase("setup");
+    // Files this run writes are opened first, so that a bad path fails before any collective
+    // (and, on another rank, ends the job through the caller: see apps/strata/main.cpp).
+    if (world.rank() == 0 && !cfg.log.metrics.empty()) {
+      metrics.open(cfg.log.metrics, std::ios::out | std::ios::trunc);
+      if (!metrics)
+        fail("train::metrics", str("cannot open metrics file '", cfg.log.metrics, "' for writing"),
+             "check that the directory exists and is writable (log.metrics)");
+    }
     mesh = make_mesh(world, cfg.parallel.dp, cfg.parallel.tp, cfg.parallel.pp);
     dpc = mesh.dp_comm.get();
     rank = mesh.dp_index;
@@ -115,6 +127,7 @@ struct Trainer::Impl {
         fail("train::comm", "data-parallel training on CUDA needs NCCL, and this strata was built without it",
              "install NCCL with the CUDA toolkit and rebuild");
       nccl_dp = make_nccl_communicator(*mesh.dp_comm, dopt.ordinal);
+      nccl_dp->set_name("dp");
       dpc = nccl_dp.get();
     }
 
@@ -161,12 +174,6 @@ struct Trainer::Impl {
       h.consumed = device->make_event();
     }
     loss_host = device->alloc_host(size_t(cfg.train.grad_accum) * 8, true, "loss readback");
-    if (world.rank() == 0 && !cfg.log.metrics.empty()) {
-      metrics.open(cfg.log.metrics, std::ios::out | std::ios::trunc);
-      if (!metrics)
-        fail("train::metrics", str("cannot open metrics file '", cfg.log.metrics, "' for writing"),
-             "check that the directory exists and is writable (log.metrics)");
-    }
   }
 
   // Fills host staging buffer `slot` (fill(inputs, targets)) and enqueues its copy.
@@ -191,11 +198,13 @@ struct Trainer::Impl {
     const bool tied = model->tied();
     if (forward_order.empty())
       for (int u = 0; u < U; ++u) forward_order.push_back(u);
+    watchdog_set_phase("forward");
     zero->begin_pass(forward_order);
     const float* emb = tied ? zero->acquire(0) : nullptr;
+    const int ahead = std::min(cfg.zero.prefetch, U);
     for (int u = 0; u < U; ++u) {
       const float* p = zero->acquire(u);
-      for (int k = 1; k <= cfg.zero.prefetch; ++k) zero->prefetch(u + k);
+      for (int k = 1; k <= ahead; ++k) zero->prefetch(u + k);
       runner->forward(*compute, u, p, emb);
       if (!(tied && u == 0)) zero->release(u);
     }
@@ -206,12 +215,14 @@ struct Trainer::Impl {
     const bool tied = model->tied();
     if (backward_order.empty())
       for (int u = U - 1; u >= 0; --u) backward_order.push_back(u);
+    watchdog_set_phase("backward");
     zero->begin_pass(backward_order);
     const float* emb = tied ? zero->acquire(0) : nullptr;
     float* emb_grad = nullptr;
+    const int ahead = std::min(cfg.zero.prefetch, U);
     for (int u = U - 1; u >= 0; --u) {
       const float* p = zero->acquire(u);
-      for (int k = 1; k <= cfg.zero.prefetch; ++k) zero->prefetch(u - k);
+      for (int k = 1; k <= ahead; ++k) zero->prefetch(u - k);
       float* g = zero->acquire_grad(u);
       // Tied embeddings: the head's backward also accumulates into unit 0's gradient, which
       // stays held until unit 0's own backward has run and it is reduced like any other.
@@ -243,6 +254,8 @@ struct Trainer::Impl {
     const float dloss = float(1.0 / double(G * T));
     StepRecord r;
     r.step = steps_done + 1;
+    watchdog_set_step(r.step);
+    if (opt.before_step) opt.before_step(r.step);
     auto t0 = Clock::now();
     const double waited0 = compute->waited_ms();
     runner->reset_loss();
@@ -254,6 +267,7 @@ struct Trainer::Impl {
       forward_all();
       backward_all(dloss);
     }
+    watchdog_set_phase("loss");
     r.loss = mean_loss(A, tokens_per_rank);
     comm->synchronize();
     reduce->synchronize();
@@ -263,6 +277,7 @@ struct Trainer::Impl {
     r.comm_bytes = r.traffic.comm_bytes;
     if (opt.on_gradients) opt.on_gradients(r.step);
     auto t1 = Clock::now();
+    watchdog_set_phase("optimizer");
     r.grad_norm = zero->grad_norm();
     if (!std::isfinite(r.grad_norm) || !std::isfinite(r.loss))
       fail("train::step", str("step ", r.step, ": loss ", r.loss, ", gradient norm ", r.grad_norm,
@@ -398,10 +413,12 @@ struct Trainer::Impl {
     // Eval batch i reads windows i·B … i·B + B − 1; rank r takes batches r, r + dp, ... Every
     // gather is collective, so all ranks run the same number of forwards: a rank without a
     // batch in the last round runs batch 0 again and discards its loss.
-    const int rounds = (cfg.eval.batches + dp - 1) / dp;
-    for (int k = 0; k < rounds; ++k) {
-      const int i = k * dp + rank;
-      const bool mine = i < cfg.eval.batches;
+    const int64_t batches = cfg.eval.batches;
+    const int64_t rounds = (batches + dp - 1) / dp;  // 64-bit: no overflow near INT_MAX
+    watchdog_set_phase("eval");
+    for (int64_t k = 0; k < rounds; ++k) {
+      const int64_t i = k * dp + rank;
+      const bool mine = i < batches;
       runner->reset_loss();
       load(*eval_windows, uint64_t(mine ? i : 0) * B, 0);
       forward_all_eval();

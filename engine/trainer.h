@@ -59,6 +59,9 @@ struct TrainerOptions {
   CpuOpsMode cpu_ops = CpuOpsMode::fast;  // the scalar reference ops instead (tests)
   std::optional<AdamIsa> adam_isa;        // force a CPU AdamW path (tests, benchmarks)
   std::vector<FaultRule> io_faults;       // inject NVMe faults (tests; POSIX backend beneath)
+  // Called on every rank before each step's first collective (fault hooks of tests and of
+  // apps/strata's STRATA_FAULT); may be empty.
+  std::function<void(int64_t step)> before_step;
   // Called after every step on every rank (tests use it); may be empty.
   std::function<void(const StepRecord&)> on_step;
   // Called on every rank after a step's gradients are reduced, before clipping and AdamW

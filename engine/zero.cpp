@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/size.h"
+#include "core/watchdog.h"
 #include "engine/safetensors.h"
 #include "io/backend.h"
 #include "io/fault_backend.h"
@@ -158,6 +159,7 @@ ZeroEngine::ZeroEngine(const LlamaModel& model, Device& device, Communicator& dp
     : model_(model), device_(device), dp_(dp), dp_reduce_(dp.split(0, dp.rank())),
       compute_(compute), comm_(comm), reduce_(reduce), opt_(options),
       grads_tier_(effective_grads_tier(options)) {
+  dp_reduce_->set_name(dp.name() + " (reductions)");
   STRATA_CHECK(model.unit(0).layout.dp() == dp.size(), "zero::init", "layouts finalized for dp=",
                model.unit(0).layout.dp(), " but the data-parallel group has ", dp.size(), " ranks");
   STRATA_CHECK(opt_.grads != Tier::nvme, "zero::init", "gradients cannot live on NVMe");
@@ -500,6 +502,7 @@ void ZeroEngine::prefetch(int u) {
   }
   Slot& sl = take_slot(param_slots_, u, "parameter");
   s.slot = int(&sl - param_slots_.data());
+  watchdog_set_unit(model_.unit(u).name);  // the context the gather is reported with
   const FlatLayout& L = model_.unit(u).layout;
   const bool bf16 = opt_.precision == Precision::bf16;
   const size_t n = L.shard_numel(), bytes = n * param_elem_bytes();
@@ -550,6 +553,7 @@ const float* ZeroEngine::acquire(int u) {
       fetch_param(*(it + k));
   }
   Unit& s = units_[size_t(u)];
+  watchdog_set_unit(model_.unit(u).name);
   if (direct_params()) return param_shard(s).ptr<float>();
   if (s.gather == GatherState::idle || s.gather == GatherState::fetching) prefetch(u);
   if (s.slot < 0 || param_slots_[size_t(s.slot)].owner != u)
@@ -588,6 +592,7 @@ void ZeroEngine::reduce_grad(int u) {
   Unit& s = units_[size_t(checked_unit(u, "reduce_grad"))];
   if (aliased_grads()) return;
   if (s.grad_slot < 0) protocol_violation(u, "reduce_grad of a unit whose gradient was not acquired");
+  watchdog_set_unit(model_.unit(u).name);
   Slot& sl = grad_slots_[size_t(s.grad_slot)];
   const FlatLayout& L = model_.unit(u).layout;
   const size_t n = L.shard_numel();
@@ -619,6 +624,7 @@ void ZeroEngine::reduce_grad(int u) {
 // ---- the step -------------------------------------------------------------------------------
 
 double ZeroEngine::grad_norm() {
+  watchdog_set_unit("");
   compute_.synchronize();
   comm_.synchronize();
   reduce_.synchronize();

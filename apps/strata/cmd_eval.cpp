@@ -17,18 +17,24 @@ void register_eval(CLI::App& app) {
   cmd->callback([args] {
     Config cfg = load(*args);
     auto world = make_world();
-    TrainerOptions opt;
-    opt.init_from = args->init_from;
-    opt.progress = false;
-    Trainer trainer(cfg, *world, opt);
-    double loss = trainer.evaluate();
-    if (world->rank() != 0) return;
-    nlohmann::json j = {{"eval_loss", loss},
-                        {"batches", cfg.eval.batches},
-                        {"tokens", int64_t(cfg.eval.batches) * cfg.data.micro_batch * cfg.data.seq_len},
-                        {"data", cfg.eval.path.empty() ? cfg.data.path : cfg.eval.path},
-                        {"params", trainer.num_params()}};
-    std::printf("%s\n", j.dump().c_str());
+    std::unique_ptr<Trainer> trainer;  // outlives the catch below: see end_job_if_peers
+    try {
+      TrainerOptions opt;
+      opt.init_from = args->init_from;
+      opt.progress = false;
+      trainer = std::make_unique<Trainer>(cfg, *world, opt);
+      double loss = trainer->evaluate();
+      if (world->rank() != 0) return;
+      nlohmann::json j = {{"eval_loss", loss},
+                          {"batches", cfg.eval.batches},
+                          {"tokens", int64_t(cfg.eval.batches) * cfg.data.micro_batch * cfg.data.seq_len},
+                          {"data", cfg.eval.path.empty() ? cfg.data.path : cfg.eval.path},
+                          {"params", trainer->num_params()}};
+      std::printf("%s\n", j.dump().c_str());
+    } catch (const std::exception& e) {
+      end_job_if_peers(e);
+      throw;
+    }
   });
 }
 

@@ -23,37 +23,44 @@ struct TrainArgs {
 void run_train(const TrainArgs& a) {
   Config cfg = load(a.config);
   auto world = make_world();
-  TrainerOptions opt;
-  opt.init_from = a.config.init_from;
-  opt.peak_flops = cfg.log.peak_flops;
-  if (opt.peak_flops <= 0) opt.peak_flops = measure_gemm_flops(0.3);
-  if (!a.out.empty()) parse_dtype(a.out_dtype);  // fail before training, not after
-  Trainer trainer(cfg, *world, opt);
-  const bool lead = world->rank() == 0;
-  if (lead) {
-    std::printf("strata train: %lld parameters (%d layers, dim %d, %d heads / %d kv), data %s, "
-                "batch %d x %d x %d accum x %d ranks, %d steps, %s\n",
-                (long long)trainer.num_params(), cfg.model.n_layers, cfg.model.dim,
-                cfg.model.n_heads, cfg.model.n_kv_heads, cfg.data.path.c_str(), cfg.data.micro_batch,
-                cfg.data.seq_len, cfg.train.grad_accum, world->size(), cfg.train.steps,
-                std::string(precision_name(cfg.train.precision)).c_str());
-    std::printf("MFU is measured against %.1f GFLOP/s (f32 GEMM%s)\n", opt.peak_flops / 1e9,
-                cfg.log.peak_flops > 0 ? ", log.peak_flops" : ", measured now");
-    std::fflush(stdout);
+  std::unique_ptr<Trainer> trainer;  // outlives the catch below: see end_job_if_peers
+  try {
+    TrainerOptions opt;
+    opt.init_from = a.config.init_from;
+    opt.peak_flops = cfg.log.peak_flops;
+    if (opt.peak_flops <= 0) opt.peak_flops = measure_gemm_flops(0.3);
+    if (!a.out.empty()) parse_dtype(a.out_dtype);  // fail before training, not after
+    apply_fault_hooks(world->rank(), opt);
+    trainer = std::make_unique<Trainer>(cfg, *world, opt);
+    const bool lead = world->rank() == 0;
+    if (lead) {
+      std::printf("strata train: %lld parameters (%d layers, dim %d, %d heads / %d kv), data %s, "
+                  "batch %d x %d x %d accum x %d ranks, %d steps, %s\n",
+                  (long long)trainer->num_params(), cfg.model.n_layers, cfg.model.dim,
+                  cfg.model.n_heads, cfg.model.n_kv_heads, cfg.data.path.c_str(), cfg.data.micro_batch,
+                  cfg.data.seq_len, cfg.train.grad_accum, world->size(), cfg.train.steps,
+                  std::string(precision_name(cfg.train.precision)).c_str());
+      std::printf("MFU is measured against %.1f GFLOP/s (f32 GEMM%s)\n", opt.peak_flops / 1e9,
+                  cfg.log.peak_flops > 0 ? ", log.peak_flops" : ", measured now");
+      std::fflush(stdout);
+    }
+    TrainSummary s = trainer->train();
+    if (!a.out.empty()) {
+      std::filesystem::create_directories(a.out);
+      trainer->save(a.out, a.out_dtype);
+    }
+    if (!lead) return;
+    std::printf("done: %d steps in %.1f s | loss %.4f -> %.4f", int(s.losses.size()), s.seconds,
+                s.losses.empty() ? 0.0 : s.losses.front(), s.losses.empty() ? 0.0 : s.losses.back());
+    if (s.eval_loss >= 0) std::printf(" | eval loss %.4f", s.eval_loss);
+    std::printf("\n      %.0f tokens/s | MFU %.1f%% | device peak %s | host peak RSS %s\n",
+                s.tokens_per_s, 100.0 * s.mfu, format_bytes(s.device_peak_bytes).c_str(),
+                format_bytes(s.host_peak_rss_bytes).c_str());
+    if (!a.out.empty()) std::printf("      weights written to %s\n", a.out.c_str());
+  } catch (const std::exception& e) {
+    end_job_if_peers(e);
+    throw;
   }
-  TrainSummary s = trainer.train();
-  if (!a.out.empty()) {
-    std::filesystem::create_directories(a.out);
-    trainer.save(a.out, a.out_dtype);
-  }
-  if (!lead) return;
-  std::printf("done: %d steps in %.1f s | loss %.4f -> %.4f", int(s.losses.size()), s.seconds,
-              s.losses.empty() ? 0.0 : s.losses.front(), s.losses.empty() ? 0.0 : s.losses.back());
-  if (s.eval_loss >= 0) std::printf(" | eval loss %.4f", s.eval_loss);
-  std::printf("\n      %.0f tokens/s | MFU %.1f%% | device peak %s | host peak RSS %s\n",
-              s.tokens_per_s, 100.0 * s.mfu, format_bytes(s.device_peak_bytes).c_str(),
-              format_bytes(s.host_peak_rss_bytes).c_str());
-  if (!a.out.empty()) std::printf("      weights written to %s\n", a.out.c_str());
 }
 
 }  // namespace

@@ -1,6 +1,12 @@
 // apps/strata/common.cpp — shared option handling for the subcommands.
 #include "apps/strata/common.h"
 
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include "core/error.h"
 #include "engine/comm_registry.h"
 
 namespace strata::app {
@@ -16,5 +22,65 @@ void add_config_options(CLI::App& cmd, ConfigArgs& args) {
 Config load(const ConfigArgs& args) { return load_config(args.config_path, args.sets); }
 
 std::unique_ptr<Communicator> make_world() { return make_world_communicator(); }
+
+void end_job_if_peers(const std::exception& e) {
+  if (!world_has_peers()) return;
+  std::fprintf(stderr, "strata: error on rank %d of %d: %s\nstrata: ending every rank of the job\n",
+               world_rank_hint(), world_size_hint(), e.what());
+  std::fflush(stderr);
+  abort_world(1);
+}
+
+void apply_fault_hooks(int rank, TrainerOptions& options) {
+  const char* spec = std::getenv("STRATA_FAULT");
+  if (!spec || !*spec) return;
+  int target = 0;
+  int64_t step = 1;
+  int skip = 0;
+  std::string fault;
+  std::string text = spec;
+  size_t at = 0;
+  while (at <= text.size()) {
+    size_t end = text.find(',', at);
+    if (end == std::string::npos) end = text.size();
+    const std::string item = text.substr(at, end - at);
+    at = end + 1;
+    if (item.empty()) continue;
+    const size_t eq = item.find('=');
+    const std::string key = item.substr(0, eq), value = eq == std::string::npos ? "" : item.substr(eq + 1);
+    try {
+      if (key == "rank") target = std::stoi(value);
+      else if (key == "step") step = std::stoll(value);
+      else if (key == "skip") skip = std::stoi(value);
+      else if (key == "fault") fault = value;
+      else throw std::invalid_argument(key);
+    } catch (const std::exception&) {
+      fail("app::fault", str("STRATA_FAULT: cannot read '", item, "'"),
+           "write e.g. STRATA_FAULT=rank=1,step=2,fault=hang (keys: rank, step, skip, fault)");
+    }
+  }
+  if (rank != target) return;
+  if (fault == "hang") {
+    options.before_step = [step](int64_t s) {
+      if (s != step) return;
+      std::fprintf(stderr, "strata: STRATA_FAULT: rank stops responding before step %lld\n", (long long)s);
+      for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+    };
+  } else if (fault == "error") {
+    options.before_step = [step, rank](int64_t s) {
+      if (s == step) fail("app::fault", str("STRATA_FAULT: injected error on rank ", rank, " before step ", s));
+    };
+  } else if (fault == "nvme_read_error" || fault == "nvme_write_error") {
+    FaultRule rule;
+    rule.fault = Fault::io_error;
+    rule.op = int(fault == "nvme_read_error" ? IoOp::read : IoOp::write);
+    rule.skip = skip;
+    rule.times = 1;
+    options.io_faults.push_back(rule);
+  } else {
+    fail("app::fault", str("STRATA_FAULT: unknown fault '", fault, "'"),
+         "allowed: hang, error, nvme_read_error, nvme_write_error");
+  }
+}
 
 }  // namespace strata::app

@@ -10,6 +10,7 @@
 
 #include "engine/comm.h"
 #include "engine/config.h"
+#include "engine/trainer.h"
 
 namespace strata::app {
 
@@ -24,5 +25,19 @@ void add_config_options(CLI::App& cmd, ConfigArgs& args);
 Config load(const ConfigArgs& args);
 // Solo for a single process; MPI when launched by mpirun.
 std::unique_ptr<Communicator> make_world();
+
+// One rank's failure ends the job: in a job with peers, reports `e` with this rank on stderr and
+// ends every rank now (abort_world: ncclCommAbort, then MPI_Abort), so no rank waits for ever in
+// a collective the failed one will never join. Call it from a catch block while the objects
+// that hold streams and communicators are still alive (their destructors would wait for peers).
+// Returns only when there are no peers; the caller then rethrows.
+void end_job_if_peers(const std::exception& e);
+
+// Test hooks of the command line, from the environment variable STRATA_FAULT (a comma-separated
+// list of key=value): rank=R (the rank it applies to; default 0), step=S (default 1), and
+// fault=hang (stop responding before step S), fault=error (throw an Error before step S) or
+// fault=nvme_read_error / nvme_write_error (the (skip+1)-th NVMe read / write of the rank fails
+// with EIO; skip=N, default 0). Used by tests/cli/test_failures.sh; unset, it does nothing.
+void apply_fault_hooks(int rank, TrainerOptions& options);
 
 }  // namespace strata::app

@@ -4,6 +4,7 @@
 #include <exception>
 
 #include "apps/strata/commands.h"
+#include "apps/strata/common.h"
 #include "core/error.h"
 
 int main(int argc, char** argv) {
@@ -29,9 +30,11 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const strata::Error& e) {
+    strata::app::end_job_if_peers(e);  // returns only in a job without peers
     std::fprintf(stderr, "strata: error: %s\n", e.what());
     return 1;
   } catch (const std::exception& e) {
+    strata::app::end_job_if_peers(e);
     std::fprintf(stderr, "strata: internal error: %s\n", e.what());
     return 2;
   }

@@ -18,6 +18,7 @@
 #include "core/log.h"
 #include "core/size.h"
 #include "core/trace.h"
+#include "core/watchdog.h"
 #include "kernels/cpu/cpu_ops.h"
 
 namespace strata {
@@ -50,7 +51,10 @@ class CpuEvent final : public Event {
   void synchronize() override {
     std::unique_lock<std::mutex> lock(state->m);
     uint64_t target = state->recorded;
-    state->cv.wait(lock, [&] { return state->completed >= target; });
+    auto done = [&] { return state->completed >= target; };
+    if (done()) return;
+    WatchedWait w("the host waits for an event", WaitKind::host, watchdog_context());
+    state->cv.wait(lock, done);
   }
 };
 
@@ -114,10 +118,12 @@ class CpuStream final : public Stream {
       std::lock_guard<std::mutex> lock(st->m);
       target = st->recorded;
     }
-    push(Task{Kind::control, "wait", [this, st, target] {
+    push(Task{Kind::control, "wait", [this, st, target, context = watchdog_context()] {
                 std::unique_lock<std::mutex> lock(st->m);
                 if (st->completed >= target) return;
                 int64_t t0 = trace_now_us();
+                WatchedWait w(str("stream '", name_, "' waits for an event of another stream"),
+                              WaitKind::stream, context);
                 st->cv.wait(lock, [&] { return st->completed >= target; });
                 int64_t dt = trace_now_us() - t0;
                 waited_us_.fetch_add(dt, std::memory_order_relaxed);
@@ -129,7 +135,13 @@ class CpuStream final : public Stream {
 
   void synchronize() override {
     std::unique_lock<std::mutex> lock(m_);
-    idle_cv_.wait(lock, [&] { return queue_.empty() && !busy_; });
+    auto idle = [&] { return queue_.empty() && !busy_; };
+    if (!idle()) {
+      WatchedWait w(str("the host waits for stream '", name_, "' (", queue_.size() + (busy_ ? 1 : 0),
+                        " task(s) left)"),
+                    WaitKind::host, watchdog_context());
+      idle_cv_.wait(lock, idle);
+    }
     if (error_) {
       std::exception_ptr e = error_;
       error_ = nullptr;

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/size.h"
+#include "core/watchdog.h"
 
 namespace strata::cuda {
 namespace {
@@ -93,7 +94,11 @@ bool CudaEvent::query() {
   return false;
 }
 
-void CudaEvent::synchronize() { STRATA_CUDA_CHECK(cudaEventSynchronize(as_event(event_))); }
+void CudaEvent::synchronize() {
+  if (query()) return;
+  WatchedWait w("the host waits for a CUDA event", WaitKind::host, watchdog_context());
+  STRATA_CUDA_CHECK(cudaEventSynchronize(as_event(event_)));
+}
 
 CudaEvent& cuda_event(Event& e, std::string_view where) {
   auto* ce = dynamic_cast<CudaEvent*>(&e);
@@ -225,7 +230,11 @@ void CudaStream::synchronize() {
   // The fault record comes back in stream order, after every kernel enqueued so far.
   const cudaError_t copied =
       cudaMemcpyAsync(fault_host_, fault_dev_, sizeof(KernelFault), cudaMemcpyDeviceToHost, s);
-  const cudaError_t rc = cudaStreamSynchronize(s);
+  cudaError_t rc;
+  {
+    WatchedWait w(str("the host waits for CUDA stream '", name_, "'"), WaitKind::host, watchdog_context());
+    rc = cudaStreamSynchronize(s);
+  }
   std::exception_ptr host_error;
   {
     std::lock_guard<std::mutex> lock(errors_->m);
