@@ -217,7 +217,9 @@ const std::vector<Key>& keys() {
       {STRATA_CONFIG_KEY(zero, prefetch), Kind::integer,
        "units gathered ahead of the one computing", at_least(0)},
       {STRATA_CONFIG_KEY(zero, reshard_after_forward), Kind::boolean,
-       "free a unit's gathered parameters after its forward (gather again in backward)"},
+       "free a unit's gathered parameters after its forward and gather again in backward; false "
+       "keeps every unit gathered from its forward to its backward (one slot per unit, no second "
+       "gather)"},
       {STRATA_CONFIG_KEY(zero, activation_checkpointing), Kind::boolean,
        "recompute each unit's activations in backward instead of keeping them"},
       // [parallel]

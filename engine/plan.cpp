@@ -72,7 +72,7 @@ MemoryPlan plan_memory(const Config& c, int dp, const PlanMachine& machine) {
     add(zo.params, bf16 ? "compute copy (bf16 shard)" : "compute copy (f32 shard)", shard * esz, true);
   // The gathered working set.
   if (!zero_direct_params(zo, dp)) {
-    uint64_t slots = uint64_t(c.zero.prefetch + 1 + (c.model.tie_embeddings ? 1 : 0));
+    uint64_t slots = uint64_t(zero_param_slots(zo, model.num_units()));
     uint64_t per = full * (bf16 ? 6 : 4) + (dp > 1 && zo.params != Tier::device ? max_shard * esz : 0);
     add(Tier::device, str("gathered parameters (", slots, " units)"), slots * per);
   }

@@ -193,7 +193,9 @@ struct Trainer::Impl {
 
   std::vector<int> forward_order, backward_order;
 
-  void forward_all() {
+  // keep: the units stay held for the backward that follows (zero.reshard_after_forward =
+  // false); otherwise each is released after its forward (the tied embedding after the step).
+  void forward_all(bool keep = false) {
     const int U = model->num_units();
     const bool tied = model->tied();
     if (forward_order.empty())
@@ -206,7 +208,7 @@ struct Trainer::Impl {
       const float* p = zero->acquire(u);
       for (int k = 1; k <= ahead; ++k) zero->prefetch(u + k);
       runner->forward(*compute, u, p, emb);
-      if (!(tied && u == 0)) zero->release(u);
+      if (!keep && !(tied && u == 0)) zero->release(u);
     }
   }
 
@@ -264,7 +266,7 @@ struct Trainer::Impl {
         load(a % 2, [&](int32_t* in, int32_t* tgt) { opt.batch_source(steps_done, a, rank, in, tgt); });
       else
         load(*train_windows, uint64_t(steps_done) * G + (uint64_t(a) * dp + rank) * B, a % 2);
-      forward_all();
+      forward_all(!cfg.zero.reshard_after_forward);
       backward_all(dloss);
     }
     watchdog_set_phase("loss");

@@ -127,6 +127,10 @@ uint64_t zero_chunk_bytes(const ZeroOptions& o, size_t max_shard_elems) {
   return std::clamp<uint64_t>(o.optimizer_chunk / unit * unit, unit, uint64_t(max_shard_elems) * 4);
 }
 bool zero_nvme_params(const ZeroOptions& o) { return o.params == Tier::nvme; }
+int zero_param_slots(const ZeroOptions& o, int units) {
+  if (!o.reshard_after_forward) return units;
+  return o.prefetch + 1 + (o.keep_embedding ? 1 : 0);
+}
 int zero_grad_slots(const ZeroOptions& o) {
   return 2 + (o.prefetch > 0 ? 1 : 0) + (o.keep_embedding ? 1 : 0);
 }
@@ -139,6 +143,7 @@ ZeroOptions zero_options(const Config& cfg) {
   zo.precision = cfg.train.precision;
   zo.prefetch = cfg.zero.prefetch;
   zo.keep_embedding = cfg.model.tie_embeddings;
+  zo.reshard_after_forward = cfg.zero.reshard_after_forward;
   zo.grad_accum = cfg.train.grad_accum;
   zo.params = cfg.offload.params;
   zo.grads = cfg.offload.grads;
@@ -239,8 +244,7 @@ ZeroEngine::ZeroEngine(const LlamaModel& model, Device& device, Communicator& dp
   // ---- slots ----
   const size_t full = max_padded(model), shard = max_shard(model);
   if (!direct_params()) {
-    int n_slots = opt_.prefetch + 1 + (opt_.keep_embedding ? 1 : 0);
-    param_slots_.resize(size_t(n_slots));
+    param_slots_.resize(size_t(zero_param_slots(opt_, model.num_units())));
     for (auto& sl : param_slots_) {
       sl.full = device.alloc(full * 4, "gathered parameters");
       if (bf16) sl.full16 = device.alloc(full * 2, "gathered bf16 parameters");

@@ -49,6 +49,9 @@ struct ZeroOptions {
   Precision precision = Precision::fp32;
   int prefetch = 1;                 // units gathered ahead (zero.prefetch)
   bool keep_embedding = false;      // hold unit 0 gathered for the whole step (tied embeddings)
+  // false: a unit's gathered parameters stay from its forward to its backward (one slot per
+  // unit; no second gather), as FSDP's reshard_after_forward=False.
+  bool reshard_after_forward = true;
   int grad_accum = 1;               // micro-batches per step (train.grad_accum)
   std::optional<AdamIsa> adam_isa;  // force a CPU AdamW path (tests); default: the active one
   // Placement (offload section).
@@ -84,6 +87,9 @@ bool zero_nvme_params(const ZeroOptions& o);   // the compute copy is read from 
 // Full-gradient slots: two (one in backward, one being reduced), a third when prefetching so a
 // reduce-scatter finishing late does not stall the backward, one more for a tied embedding.
 int zero_grad_slots(const ZeroOptions& o);
+// Gathered-parameter slots: zero.prefetch + 1 (+ 1 for a tied embedding held through the step),
+// or one per unit when units stay gathered from forward to backward.
+int zero_param_slots(const ZeroOptions& o, int units);
 bool zero_chunk_io(const ZeroOptions& o);      // the optimizer step moves chunks through NVMe
 
 // What this rank holds, by the engine's own accounting.

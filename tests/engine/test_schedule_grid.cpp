@@ -3,8 +3,9 @@
 // nvme) × train.grad_accum 1 and 3 × activation checkpointing off and on — on one rank (run
 // plainly) and on N ranks (under mpirun) — finishes, and its losses and final weights are
 // bit-identical to the all-device run with the same grad_accum, rank count and embedding tying
-// (each point's tying alternates with zero.prefetch + offload.prefetch, so both kinds of slot pool
-// are walked).
+// (each point's tying alternates with zero.prefetch + offload.prefetch, and a third of the prefetch
+// pairs keep units gathered from forward to backward — zero.reshard_after_forward = false — so
+// every kind of slot pool is walked).
 //
 // The default suite runs a fixed-seed sample of the grid (plus the points that once hung);
 // STRATA_SCHEDULE_GRID=full (the `slow` CTest entries) runs all of it. Every point runs under a
@@ -38,6 +39,8 @@ struct Point {
   int grad_accum = 1;
   bool checkpointing = false;
   bool tied() const { return (zero_prefetch + nvme_prefetch) % 2 == 1; }
+  // A third of the prefetch pairs keep units gathered from forward to backward.
+  bool reshard() const { return (zero_prefetch * 4 + nvme_prefetch) % 3 != 0; }
 };
 
 const char* tier(Tier t) { return t == Tier::device ? "device" : t == Tier::host ? "host" : "nvme"; }
@@ -46,7 +49,8 @@ std::string describe(const Point& p) {
   return str("zero.prefetch=", p.zero_prefetch, " offload.prefetch=", p.nvme_prefetch,
              " params=", tier(p.params), " grads=", tier(p.grads), " optimizer=", tier(p.optimizer),
              " grad_accum=", p.grad_accum, " checkpointing=", p.checkpointing ? "on" : "off",
-             " tied=", p.tied() ? "yes" : "no", " ranks=", world().size());
+             " tied=", p.tied() ? "yes" : "no", " reshard_after_forward=", p.reshard() ? "true" : "false",
+             " ranks=", world().size());
 }
 
 std::vector<Point> full_grid() {
@@ -92,6 +96,7 @@ Config config_of(const Point& p, const std::string& nvme) {
   c.log.every = 1000;
   c.zero.prefetch = p.zero_prefetch;
   c.zero.activation_checkpointing = p.checkpointing;
+  c.zero.reshard_after_forward = p.reshard();
   c.offload.prefetch = p.nvme_prefetch;
   c.offload.params = p.params;
   c.offload.grads = p.grads;
