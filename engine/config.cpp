@@ -60,7 +60,7 @@ enum class Kind { integer, real, boolean, string, size, choice, string_list };
 // Where a key's value lives. A choice key is stored either as its enum (choice i ↔ enum value i)
 // or as the chosen string.
 using Field = std::variant<int*, uint64_t*, float*, double*, bool*, std::string*, Tier*,
-                           Precision*, Schedule*, std::vector<std::string>*>;
+                           Precision*, Schedule*, RopeType*, std::vector<std::string>*>;
 
 // Allowed numeric range; an unset bound is infinite.
 struct Range {
@@ -131,6 +131,22 @@ const std::vector<Key>& keys() {
        "longest sequence (HF max_position_embeddings); data.seq_len <= max_seq_len", at_least(1)},
       {STRATA_CONFIG_KEY(model, rope_theta), Kind::real, "rotary embedding base (HF rope_theta)",
        positive()},
+      {STRATA_CONFIG_KEY(model, rope_type), Kind::choice,
+       "rotary frequencies as transformers computes them (HF rope_type): default = "
+       "theta^(-2i/head_dim); linear = divided by rope_factor; llama3 = Llama 3.1 scaling of "
+       "the low frequencies", any(), {"default", "linear", "llama3"}},
+      {STRATA_CONFIG_KEY(model, rope_factor), Kind::real,
+       "rope_type linear, llama3: frequency divisor (HF factor); 1 with default", positive()},
+      {STRATA_CONFIG_KEY(model, rope_low_freq_factor), Kind::real,
+       "rope_type llama3: wavelengths above rope_original_max_position / rope_low_freq_factor are "
+       "divided by rope_factor (HF low_freq_factor)", positive()},
+      {STRATA_CONFIG_KEY(model, rope_high_freq_factor), Kind::real,
+       "rope_type llama3: wavelengths below rope_original_max_position / rope_high_freq_factor "
+       "are kept, those between are interpolated (HF high_freq_factor); > rope_low_freq_factor",
+       positive()},
+      {STRATA_CONFIG_KEY(model, rope_original_max_position), Kind::integer,
+       "rope_type llama3: context length of pretraining (HF original_max_position_embeddings)",
+       at_least(1)},
       {STRATA_CONFIG_KEY(model, norm_eps), Kind::real, "RMSNorm epsilon (HF rms_norm_eps)",
        positive()},
       {STRATA_CONFIG_KEY(model, tie_embeddings), Kind::boolean,
@@ -714,6 +730,38 @@ std::string escape_cell(std::string_view s) {
   return out;
 }
 
+// The rotary keys a rope type does not use must keep their defaults: a setting that would be
+// silently ignored is an error. llama3 needs rope_high_freq_factor > rope_low_freq_factor.
+void validate_rope(const ModelConfig& m) {
+  constexpr const char* kWhere = "config::validate";
+  static const ModelConfig defaults;
+  const std::string type = str("model.rope_type = \"", rope_type_name(m.rope_type), "\"");
+  auto unused = [&](bool changed, const char* key, const std::string& value, const char* users) {
+    if (changed)
+      fail(kWhere, str("model.", key, " = ", value, " has no effect with ", type),
+           str("model.", key, " is used by model.rope_type = ", users,
+               "; set the rope type, or leave model.", key, " at its default"));
+  };
+  if (m.rope_type == RopeType::plain)
+    unused(m.rope_factor != defaults.rope_factor, "rope_factor",
+           fileutil::double_text(m.rope_factor), "\"linear\" and \"llama3\"");
+  if (m.rope_type != RopeType::llama3) {
+    unused(m.rope_low_freq_factor != defaults.rope_low_freq_factor, "rope_low_freq_factor",
+           fileutil::double_text(m.rope_low_freq_factor), "\"llama3\"");
+    unused(m.rope_high_freq_factor != defaults.rope_high_freq_factor, "rope_high_freq_factor",
+           fileutil::double_text(m.rope_high_freq_factor), "\"llama3\"");
+    unused(m.rope_original_max_position != defaults.rope_original_max_position,
+           "rope_original_max_position", std::to_string(m.rope_original_max_position),
+           "\"llama3\"");
+  }
+  if (m.rope_type == RopeType::llama3 && !(m.rope_high_freq_factor > m.rope_low_freq_factor))
+    fail(kWhere,
+         str("model.rope_high_freq_factor = ", fileutil::double_text(m.rope_high_freq_factor),
+             " must be greater than model.rope_low_freq_factor = ",
+             fileutil::double_text(m.rope_low_freq_factor)),
+         "llama3 interpolates between the two wavelength bounds; Llama 3.1 uses 1 and 4");
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -809,6 +857,7 @@ void validate(const Config& c) {
          str("head_dim = model.dim / model.n_heads = ", m.dim, " / ", m.n_heads, " = ",
              m.head_dim(), " is odd; rotary embeddings need an even head_dim"),
          "choose n_heads so that dim / n_heads is even");
+  validate_rope(m);
   if (c.data.seq_len > m.max_seq_len)
     fail(kWhere,
          str("data.seq_len = ", c.data.seq_len, " exceeds model.max_seq_len = ", m.max_seq_len),
@@ -911,6 +960,11 @@ std::string config_reference_markdown() {
   out += "- `model.n_heads` divides `model.dim`, and `model.dim / model.n_heads` (the head "
          "size) is even (rotary embeddings rotate pairs).\n";
   out += "- `model.n_kv_heads` divides `model.n_heads` (grouped-query attention).\n";
+  out += "- `model.rope_factor` applies to `model.rope_type = \"linear\"` and `\"llama3\"`; "
+         "`model.rope_low_freq_factor`, `model.rope_high_freq_factor` and "
+         "`model.rope_original_max_position` to `\"llama3\"` only, where "
+         "`rope_high_freq_factor > rope_low_freq_factor`. A key its rope type does not use must "
+         "keep its default.\n";
   out += "- `data.seq_len <= model.max_seq_len`.\n";
   out += "- Raw text files and the built-in tasks are bytes: they need `model.vocab_size >= 256`; "
          "every token of a token file must be below `model.vocab_size`.\n";

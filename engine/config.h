@@ -14,6 +14,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "kernels/rope_tables.h"
+
 namespace strata {
 
 enum class Tier { device, host, nvme };
@@ -32,12 +34,22 @@ struct ModelConfig {
   int ffn_dim = 768;         // SwiGLU inner size (HF intermediate_size)
   int vocab_size = 256;      // byte-level text needs 256
   int max_seq_len = 1024;    // longest sequence (HF max_position_embeddings)
-  float rope_theta = 10000.0f;
+  // Rotary embeddings (HF rope_parameters; kernels/rope_tables.h computes them as transformers).
+  float rope_theta = 10000.0f;             // rope_theta
+  RopeType rope_type = RopeType::plain;    // rope_type: "default" | "linear" | "llama3"
+  double rope_factor = 1.0;                // factor (linear, llama3)
+  double rope_low_freq_factor = 1.0;       // low_freq_factor (llama3)
+  double rope_high_freq_factor = 4.0;      // high_freq_factor (llama3)
+  int rope_original_max_position = 8192;   // original_max_position_embeddings (llama3)
   float norm_eps = 1e-5f;    // RMSNorm epsilon (HF rms_norm_eps)
   bool tie_embeddings = false;
   float init_std = 0.02f;    // normal(0, init_std) for linear and embedding weights
 
   int head_dim() const { return dim / n_heads; }
+  RopeParams rope() const {
+    return RopeParams{rope_type, rope_theta, rope_factor, rope_low_freq_factor,
+                      rope_high_freq_factor, rope_original_max_position};
+  }
 };
 
 struct DataConfig {

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "kernels/ops.h"
+#include "kernels/rope_tables.h"
 
 namespace strata {
 namespace {
@@ -151,6 +152,7 @@ uint64_t activation_bytes(const ModelConfig& c, int B, int T, bool ckpt) {
   floats += (uint64_t(c.n_layers) + 1) * pad(N * C);                  // residual stream
   floats += pad(N * C) + pad(N) + pad(N * V) + pad(N);                // head
   floats += pad(N * C) * 2 + pad(N * HD) + pad(N * qkv_dim(c)) + pad(N * 2 * F) + pad(N * F);
+  floats += pad(uint64_t(T) * c.head_dim());                          // rope cos | sin tables
   return floats * 4 + 2 * pad(N) * 4 + 4096;                          // tokens, loss slots
 }
 
@@ -165,6 +167,18 @@ ModelRunner::ModelRunner(const LlamaModel& model, Device& device, int B, int T, 
     buffers_.push_back(device.alloc(floats * 4, what));
     return buffers_.back().as<float>();
   };
+
+  // Rotary cos | sin tables (T, D/2) each, computed once on the host as transformers does.
+  const RopeTables rope = rope_tables(rope_inv_freq(c.rope(), c.head_dim()), T);
+  float* tables = alloc(rope.cos.size() + rope.sin.size(), "rope tables");
+  {
+    auto upload = device.make_stream("rope tables");
+    upload->copy(tables, rope.cos.data(), rope.cos.size() * 4);
+    upload->copy(tables + rope.cos.size(), rope.sin.data(), rope.sin.size() * 4);
+    upload->synchronize();
+  }
+  rope_cos_ = tables;
+  rope_sin_ = tables + rope.cos.size();
 
   buffers_.push_back(device.alloc(2 * N * 4, "token buffers"));
   inputs_ = buffers_.back().as<int32_t>();
@@ -241,8 +255,8 @@ void ModelRunner::block_forward(Stream& s, int layer, const float* p, BlockActs&
 
   ops.rmsnorm_fwd(s, a.ln1, a.rstd1, x, w_ln1, N, C, c.norm_eps);
   ops.linear_fwd(s, a.qkv, a.ln1, w_qkv, N, C, QKV);
-  ops.rope_fwd(s, a.qkv, B_, T_, H, D, QKV, c.rope_theta);            // q
-  ops.rope_fwd(s, a.qkv + HD, B_, T_, KVH, D, QKV, c.rope_theta);     // k
+  ops.rope_fwd(s, a.qkv, rope_cos_, rope_sin_, B_, T_, H, D, QKV);          // q
+  ops.rope_fwd(s, a.qkv + HD, rope_cos_, rope_sin_, B_, T_, KVH, D, QKV);   // k
   ops.attention_fwd(s, a.att, a.lse, a.qkv, a.qkv + HD, a.qkv + HD + KVH * D, B_, T_, H, KVH, D,
                     QKV, QKV);
   ops.linear_fwd(s, a.x1, a.att, w_o, N, HD, C);
@@ -328,8 +342,8 @@ void ModelRunner::backward(Stream& s, int u, const float* p, float* g, float dlo
       ops.linear_bwd(s, datt_, g + o_o, dx_, a.att, p + o_o, N, HD, C);
       ops.attention_bwd(s, dqkv_, dqkv_ + HD, dqkv_ + HD + KVH * D, datt_, a.att, a.lse, a.qkv,
                         a.qkv + HD, a.qkv + HD + KVH * D, B_, T_, H, KVH, D, QKV, QKV);
-      ops.rope_bwd(s, dqkv_, B_, T_, H, D, QKV, c.rope_theta);
-      ops.rope_bwd(s, dqkv_ + HD, B_, T_, KVH, D, QKV, c.rope_theta);
+      ops.rope_bwd(s, dqkv_, rope_cos_, rope_sin_, B_, T_, H, D, QKV);
+      ops.rope_bwd(s, dqkv_ + HD, rope_cos_, rope_sin_, B_, T_, KVH, D, QKV);
       ops.linear_bwd(s, dln_, g + o_qkv, dqkv_, a.ln1, p + o_qkv, N, C, QKV);
       ops.rmsnorm_bwd(s, dx_, g + o_ln1, dln_, x, p + o_ln1, a.rstd1, N, C);
       return;

@@ -114,6 +114,8 @@ class ModelRunner {
   float* logits_ = nullptr;             // (N, V); overwritten by dlogits in backward
   float* losses_ = nullptr;             // (N)
   double* loss_slots_ = nullptr;        // (max_heads)
+  const float* rope_cos_ = nullptr;     // (T, D/2) rotary tables (kernels/rope_tables.h)
+  const float* rope_sin_ = nullptr;     // (T, D/2)
   int max_heads_ = 1;
   int n_losses_ = 0;
   // backward scratch, shared by all blocks (the compute stream runs them one at a time)

@@ -76,8 +76,10 @@ class SafetensorsWriter {
 
 // Hugging Face config.json for LlamaForCausalLM: reads hidden_size, intermediate_size,
 // num_attention_heads, num_key_value_heads (default: num_attention_heads), num_hidden_layers,
-// vocab_size, rms_norm_eps, rope_theta, tie_word_embeddings, max_position_embeddings into the
-// model section; writes them back (with architectures, model_type, hidden_act, torch_dtype).
+// vocab_size, rms_norm_eps, tie_word_embeddings, max_position_embeddings and the rotary
+// settings (transformers 5's rope_parameters, or transformers 4's top-level rope_theta and
+// rope_scaling; rope types default, linear, llama3) into the model section; writes them back in
+// transformers 5's layout (with architectures, model_type, hidden_act, torch_dtype).
 ModelConfig read_hf_config(const std::string& dir);
 void write_hf_config(const std::string& dir, const ModelConfig& model, DType dtype);
 

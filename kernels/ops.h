@@ -46,14 +46,17 @@ class Ops {
                           const float* w, int N, int IC, int OC) = 0;
 
   // Rotary embedding in Hugging Face's rotate_half convention, in place, position t = row % T:
-  // for i < D/2, with a = x[i], b = x[i + D/2], f = t * theta^(-2i/D):
-  //   x[i] = a cos f - b sin f,  x[i + D/2] = b cos f + a sin f.
+  // for i < D/2, with a = x[i], b = x[i + D/2], c = cos[t, i], s = sin[t, i]:
+  //   x[i] = a c - b s,  x[i + D/2] = b c + a s   (computed in double, rounded once).
   // x holds B·T rows of n_heads heads of D values; consecutive rows are `ld` floats apart.
-  virtual void rope_fwd(Stream& s, float* x, int B, int T, int n_heads, int D, int ld,
-                        float theta) = 0;
-  // The transpose (inverse) rotation, applied in place to the gradient.
-  virtual void rope_bwd(Stream& s, float* dx, int B, int T, int n_heads, int D, int ld,
-                        float theta) = 0;
+  // cos, sin (T, D/2) in memory the device addresses: the tables of rope_tables()
+  // (kernels/rope_tables.h), which carry the frequencies of every rope type (default, linear,
+  // llama3) exactly as transformers computes them.
+  virtual void rope_fwd(Stream& s, float* x, const float* cos, const float* sin, int B, int T,
+                        int n_heads, int D, int ld) = 0;
+  // The transpose (inverse) rotation (s -> -s), applied in place to the gradient.
+  virtual void rope_bwd(Stream& s, float* dx, const float* cos, const float* sin, int B, int T,
+                        int n_heads, int D, int ld) = 0;
 
   // Causal scaled-dot-product attention with grouped-query heads (query head h reads kv head
   // h / (H / KVH)), scale 1/sqrt(D). q (B, T, H, D) rows `ldq` apart; k, v (B, T, KVH, D) rows

@@ -49,15 +49,15 @@ class CpuOps final : public Ops {
     launch(s, "linear_bwd", cpu::fast::linear_bwd, cpu::ref::linear_bwd<float>, din, dw, dout, in,
            w, N, IC, OC);
   }
-  void rope_fwd(Stream& s, float* x, int B, int T, int n_heads, int D, int ld,
-                float theta) override {
-    launch(s, "rope_fwd", cpu::fast::rope_fwd, cpu::ref::rope_fwd<float>, x, B, T, n_heads, D, ld,
-           theta);
+  void rope_fwd(Stream& s, float* x, const float* cos, const float* sin, int B, int T,
+                int n_heads, int D, int ld) override {
+    launch(s, "rope_fwd", cpu::fast::rope_fwd, cpu::ref::rope_fwd<float>, x, cos, sin, B, T,
+           n_heads, D, ld);
   }
-  void rope_bwd(Stream& s, float* dx, int B, int T, int n_heads, int D, int ld,
-                float theta) override {
-    launch(s, "rope_bwd", cpu::fast::rope_bwd, cpu::ref::rope_bwd<float>, dx, B, T, n_heads, D, ld,
-           theta);
+  void rope_bwd(Stream& s, float* dx, const float* cos, const float* sin, int B, int T,
+                int n_heads, int D, int ld) override {
+    launch(s, "rope_bwd", cpu::fast::rope_bwd, cpu::ref::rope_bwd<float>, dx, cos, sin, B, T,
+           n_heads, D, ld);
   }
   void attention_fwd(Stream& s, float* out, float* lse, const float* q, const float* k,
                      const float* v, int B, int T, int H, int KVH, int D, int ldq,

@@ -27,8 +27,10 @@ void linear_fwd(float* out, const float* in, const float* w, int N, int IC, int 
 void linear_bwd(float* din, float* dw, const float* dout, const float* in, const float* w, int N,
                 int IC, int OC);
 
-void rope_fwd(float* x, int B, int T, int n_heads, int D, int ld, float theta);
-void rope_bwd(float* dx, int B, int T, int n_heads, int D, int ld, float theta);
+void rope_fwd(float* x, const float* cos, const float* sin, int B, int T, int n_heads, int D,
+              int ld);
+void rope_bwd(float* dx, const float* cos, const float* sin, int B, int T, int n_heads, int D,
+              int ld);
 
 void attention_fwd(float* out, float* lse, const float* q, const float* k, const float* v, int B,
                    int T, int H, int KVH, int D, int ldq, int ldkv);

@@ -108,18 +108,17 @@ void linear_bwd(Real* din, Real* dw, const Real* dout, const Real* in, const Rea
 
 // ---- rotary embedding -----------------------------------------------------------------------
 
-// sign = +1: the rotation by +f (forward); sign = -1: by -f (its transpose, for backward).
+// sign = +1: the rotation by the tables' angle (forward); sign = -1: its transpose (backward).
 template <class Real>
-static void rope_rotate(Real* x, int B, int T, int n_heads, int D, int ld, Real theta,
-                        double sign) {
+static void rope_rotate(Real* x, const Real* cos, const Real* sin, int B, int T, int n_heads,
+                        int D, int ld, double sign) {
   const int half = D / 2;
   for (int row = 0; row < B * T; ++row) {
     const int t = row % T;
     for (int h = 0; h < n_heads; ++h) {
       Real* xh = x + size_t(row) * ld + size_t(h) * D;
       for (int i = 0; i < half; ++i) {
-        double f = t * std::pow(double(theta), -2.0 * i / D);
-        double c = std::cos(f), s = sign * std::sin(f);
+        double c = cos[size_t(t) * half + i], s = sign * double(sin[size_t(t) * half + i]);
         double a = xh[i], b = xh[i + half];
         xh[i] = Real(a * c - b * s);
         xh[i + half] = Real(b * c + a * s);
@@ -129,15 +128,16 @@ static void rope_rotate(Real* x, int B, int T, int n_heads, int D, int ld, Real 
 }
 
 template <class Real>
-void rope_fwd(Real* x, int B, int T, int n_heads, int D, int ld, Real theta) {
-  check_rope("rope_fwd", B, T, n_heads, D, ld);
-  rope_rotate(x, B, T, n_heads, D, ld, theta, +1.0);
+void rope_fwd(Real* x, const Real* cos, const Real* sin, int B, int T, int n_heads, int D, int ld) {
+  check_rope("rope_fwd", cos, sin, B, T, n_heads, D, ld);
+  rope_rotate(x, cos, sin, B, T, n_heads, D, ld, +1.0);
 }
 
 template <class Real>
-void rope_bwd(Real* dx, int B, int T, int n_heads, int D, int ld, Real theta) {
-  check_rope("rope_bwd", B, T, n_heads, D, ld);
-  rope_rotate(dx, B, T, n_heads, D, ld, theta, -1.0);
+void rope_bwd(Real* dx, const Real* cos, const Real* sin, int B, int T, int n_heads, int D,
+              int ld) {
+  check_rope("rope_bwd", cos, sin, B, T, n_heads, D, ld);
+  rope_rotate(dx, cos, sin, B, T, n_heads, D, ld, -1.0);
 }
 
 // ---- attention ------------------------------------------------------------------------------
@@ -349,8 +349,8 @@ void cast_bf16_to_f32(float* out, const uint16_t* in, size_t n) {
   template void linear_fwd<Real>(Real*, const Real*, const Real*, int, int, int);                  \
   template void linear_bwd<Real>(Real*, Real*, const Real*, const Real*, const Real*, int, int,    \
                                  int);                                                             \
-  template void rope_fwd<Real>(Real*, int, int, int, int, int, Real);                              \
-  template void rope_bwd<Real>(Real*, int, int, int, int, int, Real);                              \
+  template void rope_fwd<Real>(Real*, const Real*, const Real*, int, int, int, int, int);          \
+  template void rope_bwd<Real>(Real*, const Real*, const Real*, int, int, int, int, int);          \
   template void attention_fwd<Real>(Real*, Real*, const Real*, const Real*, const Real*, int, int, \
                                     int, int, int, int, int);                                      \
   template void attention_bwd<Real>(Real*, Real*, Real*, const Real*, const Real*, const Real*,    \

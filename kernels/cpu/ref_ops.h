@@ -38,11 +38,13 @@ template <class Real>
 void linear_bwd(Real* din, Real* dw, const Real* dout, const Real* in, const Real* w, int N, int IC,
                 int OC);
 
-// rotate_half rotary embedding in place; angle f = t · theta^(-2i/D), t = row % T.
+// rotate_half rotary embedding in place, t = row % T, with c = cos[t, i], s = sin[t, i] from
+// the (T, D/2) tables of rope_tables(): x[i] = a c − b s, x[i + D/2] = b c + a s (a = x[i],
+// b = x[i + D/2]); backward rotates by −s. In double, one rounding.
 template <class Real>
-void rope_fwd(Real* x, int B, int T, int n_heads, int D, int ld, Real theta);
+void rope_fwd(Real* x, const Real* cos, const Real* sin, int B, int T, int n_heads, int D, int ld);
 template <class Real>
-void rope_bwd(Real* dx, int B, int T, int n_heads, int D, int ld, Real theta);
+void rope_bwd(Real* dx, const Real* cos, const Real* sin, int B, int T, int n_heads, int D, int ld);
 
 // Causal grouped-query attention; see kernels/ops.h for the layouts.
 //   s_j = (q_t · k_j) / sqrt(D) for j ≤ t;  lse_t = log Σ_j exp(s_j);  p_j = exp(s_j − lse_t);

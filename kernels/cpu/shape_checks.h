@@ -21,12 +21,15 @@ inline void check_strided(const char* op, int N, int F, int ld) {
     fail(str("cpu::", op), str("row stride ld=", ld, " is smaller than the row width ", F));
 }
 
-inline void check_rope(const char* op, int B, int T, int n_heads, int D, int ld) {
+inline void check_rope(const char* op, const void* cos, const void* sin, int B, int T,
+                       int n_heads, int D, int ld) {
   if (B < 0 || T < 0 || n_heads < 0 || D < 0)
     fail(str("cpu::", op), str("negative shape: B=", B, " T=", T, " heads=", n_heads, " D=", D));
   if (D % 2 != 0) fail(str("cpu::", op), str("head dim D=", D, " must be even for rotate_half"));
   if (ld < n_heads * D)
     fail(str("cpu::", op), str("row stride ld=", ld, " < heads*D=", n_heads * D));
+  if ((!cos || !sin) && B > 0 && T > 0 && n_heads > 0 && D > 0)
+    fail(str("cpu::", op), "the cos/sin tables are null", "build them with rope_tables()");
 }
 
 inline void check_attention(const char* op, int B, int T, int H, int KVH, int D, int ldq,

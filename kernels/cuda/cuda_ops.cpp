@@ -34,11 +34,14 @@ void check_strided(const char* op, int N, int F, int ld) {
   if (ld < F) fail(str("cuda::", op), str("row stride ld=", ld, " is smaller than the row width ", F));
 }
 
-void check_rope(const char* op, int B, int T, int n_heads, int D, int ld) {
+void check_rope(const char* op, const void* cos, const void* sin, int B, int T, int n_heads, int D,
+                int ld) {
   if (B < 0 || T < 0 || n_heads < 0 || D < 0)
     fail(str("cuda::", op), str("negative shape: B=", B, " T=", T, " heads=", n_heads, " D=", D));
   if (D % 2 != 0) fail(str("cuda::", op), str("head dim D=", D, " must be even for rotate_half"));
   if (ld < n_heads * D) fail(str("cuda::", op), str("row stride ld=", ld, " < heads*D=", n_heads * D));
+  if ((!cos || !sin) && B > 0 && T > 0 && n_heads > 0 && D > 0)
+    fail(str("cuda::", op), "the cos/sin tables are null", "build them with rope_tables()");
 }
 
 void check_attention(const char* op, int B, int T, int H, int KVH, int D, int ldq, int ldkv) {
@@ -104,18 +107,18 @@ class CudaOps final : public Ops {
       gemm(cs, GemmType::f32, true, false, OC, IC, N, dout, OC, in, IC, 1.0f, dw, IC);
     });
   }
-  void rope_fwd(Stream& s, float* x, int B, int T, int n_heads, int D, int ld,
-                float theta) override {
+  void rope_fwd(Stream& s, float* x, const float* cos, const float* sin, int B, int T,
+                int n_heads, int D, int ld) override {
     run(s, "rope_fwd", [&](CudaStream& cs) {
-      check_rope("rope_fwd", B, T, n_heads, D, ld);
-      launch_rope(cs, x, B, T, n_heads, D, ld, theta, false);
+      check_rope("rope_fwd", cos, sin, B, T, n_heads, D, ld);
+      launch_rope(cs, x, cos, sin, B, T, n_heads, D, ld, false);
     });
   }
-  void rope_bwd(Stream& s, float* dx, int B, int T, int n_heads, int D, int ld,
-                float theta) override {
+  void rope_bwd(Stream& s, float* dx, const float* cos, const float* sin, int B, int T,
+                int n_heads, int D, int ld) override {
     run(s, "rope_bwd", [&](CudaStream& cs) {
-      check_rope("rope_bwd", B, T, n_heads, D, ld);
-      launch_rope(cs, dx, B, T, n_heads, D, ld, theta, true);
+      check_rope("rope_bwd", cos, sin, B, T, n_heads, D, ld);
+      launch_rope(cs, dx, cos, sin, B, T, n_heads, D, ld, true);
     });
   }
   void attention_fwd(Stream& s, float* out, float* lse, const float* q, const float* k,

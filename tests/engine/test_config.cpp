@@ -230,6 +230,52 @@ TEST(Config, TomlRoundTrip) {
   EXPECT_NE(toml.find("pinned_mem_limit = \"1.5G\""), std::string::npos) << toml;
 }
 
+TEST(Config, RopeKeys) {
+  Config d;
+  EXPECT_EQ(d.model.rope_type, RopeType::plain);
+  Config c = load_text(R"(
+[model]
+rope_theta = 500000
+rope_type = "llama3"
+rope_factor = 8
+rope_low_freq_factor = 1
+rope_high_freq_factor = 4
+rope_original_max_position = 8192
+)");
+  EXPECT_EQ(c.model.rope_type, RopeType::llama3);
+  EXPECT_EQ(c.model.rope_factor, 8.0);
+  EXPECT_EQ(c.model.rope_high_freq_factor, 4.0);
+  EXPECT_EQ(c.model.rope_original_max_position, 8192);
+  const RopeParams p = c.model.rope();
+  EXPECT_EQ(p.type, RopeType::llama3);
+  EXPECT_EQ(p.theta, 500000.0f);
+  EXPECT_EQ(p.original_max_position, 8192);
+  // printed and read back, as TOML and as JSON
+  EXPECT_EQ(config_to_toml(load_text(config_to_toml(c))), config_to_toml(c));
+  EXPECT_EQ(config_to_json(c)["model"]["rope_type"], "llama3");
+  EXPECT_EQ(config_to_json(c)["model"]["rope_factor"].get<double>(), 8.0);
+  Config linear = load_config("", {"model.rope_type=linear", "model.rope_factor=2.5"});
+  EXPECT_EQ(linear.model.rope_type, RopeType::linear);
+  EXPECT_EQ(linear.model.rope_factor, 2.5);
+
+  EXPECT_ERROR_HAS(load_config("", {"model.rope_type=yarn"}), "model.rope_type", "\"yarn\"",
+                   "\"default\", \"linear\", \"llama3\"");
+  EXPECT_ERROR_HAS(load_config("", {"model.rope_type=linear", "model.rope_factor=0"}),
+                   "model.rope_factor = 0.0", "out of range", "> 0");
+  EXPECT_ERROR_HAS(load_config("", {"model.rope_original_max_position=0"}),
+                   "model.rope_original_max_position", ">= 1");
+  // a setting its rope type would ignore is an error
+  EXPECT_ERROR_HAS(load_config("", {"model.rope_factor=8"}), "model.rope_factor = 8",
+                   "no effect with model.rope_type = \"default\"");
+  EXPECT_ERROR_HAS(load_config("", {"model.rope_type=linear", "model.rope_factor=2",
+                                    "model.rope_original_max_position=4096"}),
+                   "model.rope_original_max_position = 4096", "no effect", "\"linear\"");
+  EXPECT_ERROR_HAS(load_config("", {"model.rope_type=llama3", "model.rope_factor=8",
+                                    "model.rope_low_freq_factor=4"}),
+                   "model.rope_high_freq_factor = 4", "greater than",
+                   "model.rope_low_freq_factor = 4");
+}
+
 TEST(Config, Json) {
   Config c;
   c.train.lr = 3e-4f;

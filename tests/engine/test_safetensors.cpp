@@ -230,10 +230,21 @@ TEST(HfConfig, RoundTrip) {
   m.vocab_size = 50257;
   m.max_seq_len = 512;
   m.rope_theta = 500000.0f;
+  m.rope_type = RopeType::llama3;
+  m.rope_factor = 8.0;
+  m.rope_low_freq_factor = 1.0;
+  m.rope_high_freq_factor = 4.0;
+  m.rope_original_max_position = 128;
   m.norm_eps = 1e-6f;
   m.tie_embeddings = true;
   write_hf_config(dir, m, DType::bf16);
   nlohmann::json j = nlohmann::json::parse(read_bytes(dir + "/config.json"));
+  // transformers 5's layout: the rope settings only in rope_parameters
+  EXPECT_EQ(j["rope_parameters"], nlohmann::json::parse(R"({"factor": 8.0, "high_freq_factor": 4.0,
+      "low_freq_factor": 1.0, "original_max_position_embeddings": 128, "rope_theta": 500000.0,
+      "rope_type": "llama3"})"));
+  EXPECT_FALSE(j.contains("rope_theta"));
+  EXPECT_FALSE(j.contains("rope_scaling"));
   EXPECT_EQ(j["architectures"][0], "LlamaForCausalLM");
   EXPECT_EQ(j["model_type"], "llama");
   EXPECT_EQ(j["hidden_act"], "silu");
@@ -249,9 +260,150 @@ TEST(HfConfig, RoundTrip) {
   EXPECT_EQ(back.vocab_size, m.vocab_size);
   EXPECT_EQ(back.max_seq_len, m.max_seq_len);
   EXPECT_EQ(back.rope_theta, m.rope_theta);
+  EXPECT_EQ(back.rope_type, m.rope_type);
+  EXPECT_EQ(back.rope_factor, m.rope_factor);
+  EXPECT_EQ(back.rope_low_freq_factor, m.rope_low_freq_factor);
+  EXPECT_EQ(back.rope_high_freq_factor, m.rope_high_freq_factor);
+  EXPECT_EQ(back.rope_original_max_position, m.rope_original_max_position);
   EXPECT_EQ(back.norm_eps, m.norm_eps);
   EXPECT_EQ(back.tie_embeddings, m.tie_embeddings);
   EXPECT_EQ(read_hf_config(dir + "/config.json").dim, 384);  // the file itself works too
+
+  // plain and linear rotary: only the keys their rope type uses
+  m.rope_type = RopeType::plain;
+  m.rope_factor = 1.0;
+  m.rope_high_freq_factor = 4.0;
+  m.rope_original_max_position = 8192;
+  write_hf_config(dir, m, DType::f32);
+  j = nlohmann::json::parse(read_bytes(dir + "/config.json"));
+  EXPECT_EQ(j["rope_parameters"],
+            nlohmann::json::parse(R"({"rope_theta": 500000.0, "rope_type": "default"})"));
+  EXPECT_EQ(read_hf_config(dir).rope_type, RopeType::plain);
+  m.rope_type = RopeType::linear;
+  m.rope_factor = 2.5;
+  write_hf_config(dir, m, DType::f32);
+  j = nlohmann::json::parse(read_bytes(dir + "/config.json"));
+  EXPECT_EQ(j["rope_parameters"],
+            nlohmann::json::parse(R"({"factor": 2.5, "rope_theta": 500000.0, "rope_type": "linear"})"));
+  back = read_hf_config(dir);
+  EXPECT_EQ(back.rope_type, RopeType::linear);
+  EXPECT_EQ(back.rope_factor, 2.5);
+}
+
+// Rotary settings in both layouts (transformers 5's rope_parameters; transformers 4's top-level
+// rope_theta and rope_scaling), and every way they can be refused.
+TEST(HfConfig, RopeSettings) {
+  const std::string dir = scratch_dir();
+  const nlohmann::json base = {{"hidden_size", 64},        {"intermediate_size", 128},
+                               {"num_attention_heads", 4}, {"num_hidden_layers", 2},
+                               {"vocab_size", 256},        {"max_position_embeddings", 4096}};
+  auto with = [&](const nlohmann::json& extra) {
+    nlohmann::json j = base;
+    for (const auto& [k, v] : extra.items()) j[k] = v;
+    write_bytes(dir + "/config.json", j.dump());
+    return dir;
+  };
+  const nlohmann::json llama3 = {{"rope_type", "llama3"},  {"rope_theta", 500000.0},
+                                 {"factor", 8.0},           {"low_freq_factor", 1.0},
+                                 {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
+  const nlohmann::json default_500k = {{"rope_type", "default"}, {"rope_theta", 500000.0}};
+
+  // transformers 5
+  ModelConfig m = read_hf_config(with({{"rope_parameters", default_500k}}));
+  EXPECT_EQ(m.rope_type, RopeType::plain);
+  EXPECT_EQ(m.rope_theta, 500000.0f);
+  m = read_hf_config(with({{"rope_parameters", llama3}}));
+  EXPECT_EQ(m.rope_type, RopeType::llama3);
+  EXPECT_EQ(m.rope_theta, 500000.0f);
+  EXPECT_EQ(m.rope_factor, 8.0);
+  EXPECT_EQ(m.rope_low_freq_factor, 1.0);
+  EXPECT_EQ(m.rope_high_freq_factor, 4.0);
+  EXPECT_EQ(m.rope_original_max_position, 8192);
+  // transformers 4: top-level rope_theta, rope_scaling with "rope_type" or the older "type"
+  nlohmann::json v4 = llama3;
+  v4.erase("rope_theta");
+  m = read_hf_config(with({{"rope_theta", 500000}, {"rope_scaling", v4}}));
+  EXPECT_EQ(m.rope_type, RopeType::llama3);
+  EXPECT_EQ(m.rope_theta, 500000.0f);
+  EXPECT_EQ(m.rope_original_max_position, 8192);
+  m = read_hf_config(
+      with({{"rope_theta", 10000.0}, {"rope_scaling", {{"type", "linear"}, {"factor", 2}}}}));
+  EXPECT_EQ(m.rope_type, RopeType::linear);
+  EXPECT_EQ(m.rope_factor, 2.0);
+  // both layouts, consistent: fine (10000 and 10000.0 are the same number)
+  m = read_hf_config(
+      with({{"rope_theta", 500000}, {"rope_parameters", llama3}, {"rope_scaling", llama3}}));
+  EXPECT_EQ(m.rope_type, RopeType::llama3);
+  // no original_max_position_embeddings: transformers' fallback, max_position_embeddings
+  nlohmann::json no_original = llama3;
+  no_original.erase("original_max_position_embeddings");
+  EXPECT_EQ(read_hf_config(with({{"rope_parameters", no_original}})).rope_original_max_position,
+            4096);
+  // a key the rope type does not use is ignored, as transformers ignores it
+  nlohmann::json extra = llama3;
+  extra["attention_factor"] = 1.5;
+  EXPECT_EQ(read_hf_config(with({{"rope_parameters", extra}})).rope_type, RopeType::llama3);
+  EXPECT_EQ(read_hf_config(with({{"rope_parameters", nlohmann::json::object()}})).rope_type,
+            RopeType::plain);  // {} means absent, as in transformers
+
+  // disagreements name both places
+  EXPECT_ERROR_HAS(read_hf_config(with({{"rope_theta", 10000.0}, {"rope_parameters", default_500k}})),
+                   "rope_theta (top level) = 10000.0", "rope_parameters.rope_theta = 500000.0",
+                   "disagree");
+  nlohmann::json other = llama3;
+  other["factor"] = 16.0;
+  EXPECT_ERROR_HAS(read_hf_config(with({{"rope_parameters", llama3}, {"rope_scaling", other}})),
+                   "rope_parameters.factor = 8.0", "rope_scaling.factor = 16.0");
+  EXPECT_ERROR_HAS(read_hf_config(with({{"rope_parameters", llama3}, {"rope_scaling", v4}})),
+                   "rope_scaling.rope_theta = (absent)");
+  EXPECT_ERROR_HAS(read_hf_config(with({{"rope_parameters", llama3},
+                                        {"original_max_position_embeddings", 2048}})),
+                   "original_max_position_embeddings (top level) = 2048",
+                   "rope_parameters.original_max_position_embeddings = 8192");
+  const nlohmann::json two_types = {{"rope_type", "linear"}, {"type", "dynamic"}, {"factor", 2}};
+  EXPECT_ERROR_HAS(read_hf_config(with({{"rope_scaling", two_types}})), "rope_scaling.rope_type",
+                   "rope_scaling.type", "disagree");
+  // unsupported types name the key and the allowed values
+  const nlohmann::json yarn = {{"rope_type", "yarn"}, {"factor", 4.0}};
+  EXPECT_ERROR_HAS(read_hf_config(with({{"rope_parameters", yarn}})),
+                   "rope_parameters.rope_type \"yarn\" is not supported",
+                   "allowed: \"default\", \"linear\", \"llama3\"");
+  EXPECT_ERROR_HAS(read_hf_config(with({{"rope_scaling", {{"type", "dynamic"}, {"factor", 2.0}}}})),
+                   "rope_scaling.type \"dynamic\" is not supported");
+  EXPECT_ERROR_HAS(read_hf_config(with({{"rope_parameters", {{"rope_type", 3}}}})),
+                   "rope_parameters.rope_type", "must be a string");
+  // missing and bad values
+  nlohmann::json bad = llama3;
+  bad.erase("factor");
+  EXPECT_ERROR_HAS(read_hf_config(with({{"rope_parameters", bad}})), "rope_type \"llama3\" needs",
+                   "rope_parameters.factor", "missing");
+  EXPECT_ERROR_HAS(read_hf_config(with({{"rope_scaling", {{"rope_type", "linear"}}}})),
+                   "rope_scaling.factor", "missing");
+  bad = llama3;
+  bad["high_freq_factor"] = 1.0;
+  EXPECT_ERROR_HAS(read_hf_config(with({{"rope_parameters", bad}})),
+                   "rope_parameters.high_freq_factor = 1.0", "must be greater than",
+                   "rope_parameters.low_freq_factor = 1.0");
+  bad = llama3;
+  bad["factor"] = -2;
+  EXPECT_ERROR_HAS(read_hf_config(with({{"rope_parameters", bad}})), "rope_parameters.factor",
+                   "a positive number", "-2");
+  bad = llama3;
+  bad["original_max_position_embeddings"] = 81.5;
+  EXPECT_ERROR_HAS(read_hf_config(with({{"rope_parameters", bad}})),
+                   "rope_parameters.original_max_position_embeddings", "a positive integer");
+  EXPECT_ERROR_HAS(read_hf_config(with({{"rope_parameters", {{"rope_theta", 0}}}})),
+                   "rope_parameters.rope_theta", "a positive number");
+  EXPECT_ERROR_HAS(read_hf_config(with({{"rope_theta", "big"}})), "rope_theta (top level)",
+                   "\"big\"");
+  const nlohmann::json partial = {{"rope_type", "default"}, {"partial_rotary_factor", 0.5}};
+  EXPECT_ERROR_HAS(read_hf_config(with({{"rope_parameters", partial}})),
+                   "rope_parameters.partial_rotary_factor = 0.5", "not supported");
+  EXPECT_ERROR_HAS(read_hf_config(with({{"partial_rotary_factor", 0.25}})),
+                   "partial_rotary_factor (top level)");
+  EXPECT_NO_THROW(read_hf_config(with({{"partial_rotary_factor", 1.0}})));
+  EXPECT_ERROR_HAS(read_hf_config(with({{"rope_parameters", "llama3"}})), "'rope_parameters'",
+                   "an object or null");
 }
 
 TEST(HfConfig, BadConfigsNameTheKey) {
@@ -281,8 +433,8 @@ TEST(HfConfig, BadConfigsNameTheKey) {
   EXPECT_ERROR_HAS(read_hf_config(with("rms_norm_eps", "small")), "'rms_norm_eps'");
   EXPECT_ERROR_HAS(read_hf_config(with("tie_word_embeddings", 1)), "'tie_word_embeddings'");
   EXPECT_ERROR_HAS(read_hf_config(with("hidden_act", "gelu")), "hidden_act", "gelu", "silu");
-  EXPECT_ERROR_HAS(read_hf_config(with("rope_scaling", {{"rope_type", "llama3"}})), "rope_scaling",
-                   "not supported");
+  EXPECT_ERROR_HAS(read_hf_config(with("rope_scaling", {{"rope_type", "llama3"}})),
+                   "rope_scaling.factor", "missing");
   EXPECT_NO_THROW(read_hf_config(with("rope_scaling", nullptr)));
   EXPECT_ERROR_HAS(read_hf_config(with("model_type", "qwen2")), "model_type", "qwen2");
   EXPECT_ERROR_HAS(read_hf_config(with("head_dim", 32)), "head_dim 32");

@@ -326,26 +326,28 @@ TEST(CudaOps, Bf16GemmWithinItsBound) {
 // ---- rotary ---------------------------------------------------------------------------------
 
 TEST(CudaOps, RopeForwardAndBackwardMatchTheReference) {
-  // The kernel computes the angle and the rotation in double with the reference's operations and
-  // rounds once: ≤ u·|want| (2u allowed), plus 1e-12 for pow/sin/cos differing in the last
-  // double ulp between CUDA and glibc (angles up to T·1 rad: absolute error ~T·2^-52). The row
-  // padding (ld > heads·D) must be left untouched.
+  // The kernel reads the same f32 cos/sin tables as the reference and runs its exact sequence of
+  // IEEE double operations with round-to-nearest intrinsics and one final rounding: equal to
+  // ref<float> bit for bit, for every rope type (the tables carry the type). The row padding
+  // (ld > heads·D) must be left untouched.
   STRATA_REQUIRE_CUDA();
   Gpu g;
-  for (int D : {2, 8, 64, 128})
-    for (float theta : {10000.0f, 500000.0f})
+  for (const auto& [name, rope] : test::rope_variants())
+    for (int D : {2, 8, 64, 128})
       for (bool inverse : {false, true}) {
-        const int B = 2, T = 37, heads = 3, ld = heads * D + 5;
+        const int B = 2, T = 37, heads = 3, ld = heads * D + 5;  // T > llama3's original 32
+        const test::RopeTablesAs<float> tab(rope, T, D);
         auto x = random_vec(size_t(B) * T * ld, 50, -2.0, 2.0);
-        auto want = to_double(x);
-        if (inverse) ref::rope_bwd<double>(want.data(), B, T, heads, D, ld, theta);
-        else ref::rope_fwd<double>(want.data(), B, T, heads, D, ld, theta);
-        Buffer dx = g.upload(x);
-        if (inverse) g.ops().rope_bwd(*g.s, dx.as<float>(), B, T, heads, D, ld, theta);
-        else g.ops().rope_fwd(*g.s, dx.as<float>(), B, T, heads, D, ld, theta);
+        auto want = x;
+        const float *cs = tab.cos.data(), *sn = tab.sin.data();
+        if (inverse) ref::rope_bwd<float>(want.data(), cs, sn, B, T, heads, D, ld);
+        else ref::rope_fwd<float>(want.data(), cs, sn, B, T, heads, D, ld);
+        Buffer dx = g.upload(x), dcos = g.upload(tab.cos), dsin = g.upload(tab.sin);
+        const float *dcs = dcos.as<float>(), *dsn = dsin.as<float>();
+        if (inverse) g.ops().rope_bwd(*g.s, dx.as<float>(), dcs, dsn, B, T, heads, D, ld);
+        else g.ops().rope_fwd(*g.s, dx.as<float>(), dcs, dsn, B, T, heads, D, ld);
         const auto got = g.download<float>(dx, x.size());
-        expect_near("rope" + tag({{"D", D}, {"theta", (long long)theta}, {"inverse", inverse}}), got, want,
-                    [&](size_t i) { return 2 * kU32 * std::fabs(want[i]) + 1e-12; });
+        expect_equal("rope " + name + tag({{"D", D}, {"inverse", inverse}}), got, want);
         for (int row = 0; row < B * T; ++row)
           for (int c = heads * D; c < ld; ++c)
             ASSERT_EQ(std::bit_cast<uint32_t>(got[size_t(row) * ld + c]), std::bit_cast<uint32_t>(x[size_t(row) * ld + c]))

@@ -10,7 +10,10 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "kernels/rope_tables.h"
 
 namespace strata::test {
 
@@ -25,6 +28,34 @@ std::vector<Real> random_vec(size_t n, uint32_t seed, double lo = -1.0, double h
   for (auto& x : v) x = Real(dist(rng));
   return v;
 }
+
+// The rope variants the op tests run: plain at two bases, linear, and llama3 with a short
+// original context so that positions past it, and all three frequency bands, occur at small T.
+inline std::vector<std::pair<std::string, RopeParams>> rope_variants() {
+  RopeParams plain, long_base, linear, llama3;
+  long_base.theta = 500000.0f;
+  linear.type = RopeType::linear;
+  linear.factor = 4.0;
+  llama3.type = RopeType::llama3;
+  llama3.theta = 500000.0f;
+  llama3.factor = 8.0;
+  llama3.low_freq_factor = 1.0;
+  llama3.high_freq_factor = 4.0;
+  llama3.original_max_position = 32;
+  return {{"default theta 1e4", plain}, {"default theta 5e5", long_base},
+          {"linear factor 4", linear}, {"llama3", llama3}};
+}
+
+// cos and sin tables (T, D/2) of a rope variant, in the element type of the op under test.
+template <class Real = float>
+struct RopeTablesAs {
+  std::vector<Real> cos, sin;
+  RopeTablesAs(const RopeParams& p, int T, int D) {
+    RopeTables t = rope_tables(rope_inv_freq(p, D), T);
+    cos.assign(t.cos.begin(), t.cos.end());
+    sin.assign(t.sin.begin(), t.sin.end());
+  }
+};
 
 inline std::vector<int32_t> random_tokens(size_t n, int V, uint32_t seed) {
   std::mt19937 rng(seed);

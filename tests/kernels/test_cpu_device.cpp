@@ -135,8 +135,8 @@ TEST(CpuDevice, SynchronizeRethrowsTaskErrorAsStrataErrorAndClearsIt) {
 
   // A strata::Error thrown by a task (e.g. an op's argument check) comes back unchanged.
   auto& ops = dev->ops();
-  std::vector<float> x(6);
-  ops.rope_fwd(*s, x.data(), 1, 2, 1, 3, 3, 10000.0f);  // odd head dim
+  std::vector<float> x(6), cs(3, 1.0f);
+  ops.rope_fwd(*s, x.data(), cs.data(), cs.data(), 1, 2, 1, 3, 3);  // odd head dim
   try {
     s->synchronize();
     FAIL() << "bad rope shape not reported";
@@ -275,12 +275,14 @@ TEST(CpuOps, LaunchersPassArgumentsInOrder) {
   // rope (on the q part of qkv, rows ldqkv apart)
   a = qkv;
   b = qkv;
-  ops.rope_fwd(*s, a.data(), B, T, H, D, ldqkv, 500.0f);
-  fast::rope_fwd(b.data(), B, T, H, D, ldqkv, 500.0f);
+  const auto rope_cos = random_vec(size_t(T) * D / 2, 12);
+  const auto rope_sin = random_vec(rope_cos.size(), 13);
+  ops.rope_fwd(*s, a.data(), rope_cos.data(), rope_sin.data(), B, T, H, D, ldqkv);
+  fast::rope_fwd(b.data(), rope_cos.data(), rope_sin.data(), B, T, H, D, ldqkv);
   s->synchronize();
   expect_same("rope_fwd", a, b);
-  ops.rope_bwd(*s, a.data(), B, T, KVH, D, ldqkv, 70.0f);
-  fast::rope_bwd(b.data(), B, T, KVH, D, ldqkv, 70.0f);
+  ops.rope_bwd(*s, a.data(), rope_cos.data(), rope_sin.data(), B, T, KVH, D, ldqkv);
+  fast::rope_bwd(b.data(), rope_cos.data(), rope_sin.data(), B, T, KVH, D, ldqkv);
   s->synchronize();
   expect_same("rope_bwd", a, b);
   // attention
@@ -379,9 +381,9 @@ TEST(CpuOps, ConcurrentStreamsGetTheSameBitsAsOneStream) {
     k.dw.assign(333, 0);
     return k;
   };
-  auto enqueue = [&](Stream& s, Work& k, float theta) {
+  auto enqueue = [&](Stream& s, Work& k, const test::RopeTablesAs<float>& rope) {
     for (int rep = 0; rep < 3; ++rep) {
-      ops.rope_fwd(s, k.qkv.data(), B, T, H + KVH, D, ld, theta);
+      ops.rope_fwd(s, k.qkv.data(), rope.cos.data(), rope.sin.data(), B, T, H + KVH, D, ld);
       ops.attention_fwd(s, k.out.data(), k.lse.data(), k.qkv.data(), k.qkv.data() + H * D,
                         k.qkv.data() + (H + KVH) * D, B, T, H, KVH, D, ld, ld);
       ops.attention_bwd(s, k.dqkv.data(), k.dqkv.data() + H * D, k.dqkv.data() + (H + KVH) * D,
@@ -393,18 +395,20 @@ TEST(CpuOps, ConcurrentStreamsGetTheSameBitsAsOneStream) {
                       k.rstd.data(), N, 333);
     }
   };
-  const float thetas[3] = {10000.0f, 500.0f, 77.0f};  // distinct rope tables, built concurrently
+  const auto variants = test::rope_variants();  // a distinct rope table per stream
+  std::vector<test::RopeTablesAs<float>> tables;
+  for (int i = 0; i < 3; ++i) tables.emplace_back(variants[size_t(i) + 1].second, T, D);
   std::vector<Work> alone, together;
   for (int i = 0; i < 3; ++i) {
     alone.push_back(make(10 * i));
     together.push_back(make(10 * i));
   }
   auto single = dev->make_stream("single");
-  for (int i = 0; i < 3; ++i) enqueue(*single, alone[i], thetas[i]);
+  for (int i = 0; i < 3; ++i) enqueue(*single, alone[i], tables[size_t(i)]);
   single->synchronize();
   std::vector<std::unique_ptr<Stream>> streams;
   for (int i = 0; i < 3; ++i) streams.push_back(dev->make_stream("s" + std::to_string(i)));
-  for (int i = 0; i < 3; ++i) enqueue(*streams[i], together[i], thetas[i]);
+  for (int i = 0; i < 3; ++i) enqueue(*streams[i], together[i], tables[size_t(i)]);
   for (auto& s : streams) s->synchronize();
   for (int i = 0; i < 3; ++i) {
     test::expect_equal("concurrent attention out", together[i].out, alone[i].out);
@@ -448,8 +452,9 @@ BlockRun run_block(CpuOpsMode mode) {
   ops.embedding_fwd(*s, x0.data(), tokens.data(), wte.data(), N, C, V);
   ops.rmsnorm_fwd(*s, h1.data(), r1.data(), x0.data(), n1.data(), N, C, 1e-5f);
   ops.linear_fwd(*s, qkv.data(), h1.data(), wqkv.data(), N, C, ldqkv);
-  ops.rope_fwd(*s, qkv.data(), B, T, H, D, ldqkv, 10000.0f);
-  ops.rope_fwd(*s, qkv.data() + H * D, B, T, KVH, D, ldqkv, 10000.0f);
+  const test::RopeTablesAs<float> rope(test::rope_variants().back().second, T, D);  // llama3
+  ops.rope_fwd(*s, qkv.data(), rope.cos.data(), rope.sin.data(), B, T, H, D, ldqkv);
+  ops.rope_fwd(*s, qkv.data() + H * D, rope.cos.data(), rope.sin.data(), B, T, KVH, D, ldqkv);
   ops.attention_fwd(*s, att.data(), lse.data(), qkv.data(), qkv.data() + H * D,
                     qkv.data() + (H + KVH) * D, B, T, H, KVH, D, ldqkv, ldqkv);
   ops.linear_fwd(*s, ao.data(), att.data(), wo.data(), N, C, C);
@@ -487,8 +492,8 @@ BlockRun run_block(CpuOpsMode mode) {
   ops.attention_bwd(*s, dqkv.data(), dqkv.data() + H * D, dqkv.data() + (H + KVH) * D, datt.data(),
                     att.data(), lse.data(), qkv.data(), qkv.data() + H * D,
                     qkv.data() + (H + KVH) * D, B, T, H, KVH, D, ldqkv, ldqkv);
-  ops.rope_bwd(*s, dqkv.data(), B, T, H, D, ldqkv, 10000.0f);
-  ops.rope_bwd(*s, dqkv.data() + H * D, B, T, KVH, D, ldqkv, 10000.0f);
+  ops.rope_bwd(*s, dqkv.data(), rope.cos.data(), rope.sin.data(), B, T, H, D, ldqkv);
+  ops.rope_bwd(*s, dqkv.data() + H * D, rope.cos.data(), rope.sin.data(), B, T, KVH, D, ldqkv);
   ops.linear_bwd(*s, dh.data(), r.dwqkv.data(), dqkv.data(), h1.data(), wqkv.data(), N, C, ldqkv);
   ops.rmsnorm_bwd(*s, dx2.data(), r.dnorm1.data(), dh.data(), x0.data(), n1.data(), r1.data(), N,
                   C);

@@ -173,24 +173,26 @@ TEST(FastVsRef, RopeForwardAndBackward) {
   };
   const Shape shapes[] = {{1, 1, 1, 2, 0},   {1, 7, 3, 8, 5},   {3, 33, 2, 16, 0},
                           {2, 17, 1, 34, 3}, {1, 65, 4, 64, 7}, {2, 9, 2, 128, 1}};
-  for (float theta : {10000.0f, 500000.0f})
+  for (const auto& [name, rope] : test::rope_variants())
     for (const Shape& s : shapes) {
+      const test::RopeTablesAs<float> tab(rope, s.T, s.D);
       const int ld = s.heads * s.D + s.pad;  // padding between rows must stay untouched
       auto x = random_vec(size_t(s.B) * s.T * ld, 30);
       for (bool backward : {false, true}) {
         auto a = x, b = x;
+        const float *cs = tab.cos.data(), *sn = tab.sin.data();
         if (backward) {
-          fast::rope_bwd(a.data(), s.B, s.T, s.heads, s.D, ld, theta);
-          ref::rope_bwd<float>(b.data(), s.B, s.T, s.heads, s.D, ld, theta);
+          fast::rope_bwd(a.data(), cs, sn, s.B, s.T, s.heads, s.D, ld);
+          ref::rope_bwd<float>(b.data(), cs, sn, s.B, s.T, s.heads, s.D, ld);
         } else {
-          fast::rope_fwd(a.data(), s.B, s.T, s.heads, s.D, ld, theta);
-          ref::rope_fwd<float>(b.data(), s.B, s.T, s.heads, s.D, ld, theta);
+          fast::rope_fwd(a.data(), cs, sn, s.B, s.T, s.heads, s.D, ld);
+          ref::rope_fwd<float>(b.data(), cs, sn, s.B, s.T, s.heads, s.D, ld);
         }
-        // Same double-computed angles; fast rounds cos and sin to f32 (u each) and does 3 f32
-        // roundings: |err| ≤ 5u·(|a| + |b|) ≤ 10u for inputs in [-1, 1]. Reference: u·|x|.
-        const std::string tag = std::string(backward ? "rope_bwd" : "rope_fwd") +
+        // Both read the same tables and run the same IEEE double sequence with one final
+        // rounding (fast_rope.cpp is built without FMA contraction): equal bit for bit.
+        const std::string tag = std::string(backward ? "rope_bwd " : "rope_fwd ") + name +
                                 " D=" + std::to_string(s.D) + " T=" + std::to_string(s.T);
-        expect_close(tag, a, b, 0.0, 12 * kU32);
+        expect_equal(tag, a, b);
         for (size_t row = 0; row < size_t(s.B) * s.T; ++row)
           for (int p = 0; p < s.pad; ++p) {
             const size_t i = row * ld + size_t(s.heads) * s.D + p;
@@ -200,19 +202,48 @@ TEST(FastVsRef, RopeForwardAndBackward) {
     }
 }
 
-TEST(FastVsRef, RopeBackwardInvertsForward) {
-  auto x = random_vec(size_t(2) * 33 * 3 * 64, 31);
-  auto y = x;
-  fast::rope_fwd(y.data(), 2, 33, 3, 64, 3 * 64, 10000.0f);
-  fast::rope_bwd(y.data(), 2, 33, 3, 64, 3 * 64, 10000.0f);
-  // Rotation then its transpose: each a rounding of ~6 f32 operations on values ≤ 1.
-  expect_close("rope_bwd(rope_fwd(x))", y, x, 0.0, 24 * kU32);
+// The rotation against the angle computed independently in double. For |a|, |b| ≤ 1,
+// |a c| + |b s| ≤ √2: the f32 tables (c, s within u of cos, sin) add ≤ √2 u, the op's final
+// rounding ≤ √2 u, rounding `want` ≤ √2 u: |err| ≤ 3√2 u < 5u.
+TEST(FastVsRef, RopeRotatesByTheTableAngle) {
+  const int B = 2, T = 40, heads = 3, D = 64;
+  for (const auto& [name, rope] : test::rope_variants()) {
+    const std::vector<float> inv = rope_inv_freq(rope, D);
+    const test::RopeTablesAs<float> tab(rope, T, D);
+    auto x = random_vec(size_t(B) * T * heads * D, 32);
+    auto y = x;
+    fast::rope_fwd(y.data(), tab.cos.data(), tab.sin.data(), B, T, heads, D, heads * D);
+    std::vector<float> want(x.size());
+    for (int row = 0; row < B * T; ++row)
+      for (int h = 0; h < heads; ++h)
+        for (int i = 0; i < D / 2; ++i) {
+          const double f = double(float(row % T) * inv[size_t(i)]);  // transformers' f32 angle
+          const size_t lo = (size_t(row) * heads + h) * D + i, hi = lo + D / 2;
+          want[lo] = float(x[lo] * std::cos(f) - x[hi] * std::sin(f));
+          want[hi] = float(x[hi] * std::cos(f) + x[lo] * std::sin(f));
+        }
+    expect_close("rope_fwd " + name + " vs the double rotation", y, want, 0.0, 5 * kU32);
+  }
 }
 
-TEST(FastVsRef, RopeRejectsOddHeadDim) {
-  std::vector<float> x(6);
-  EXPECT_THROW(fast::rope_fwd(x.data(), 1, 2, 1, 3, 3, 10000.0f), Error);
-  EXPECT_THROW(ref::rope_fwd<float>(x.data(), 1, 2, 1, 3, 3, 10000.0f), Error);
+TEST(FastVsRef, RopeBackwardInvertsForward) {
+  for (const auto& [name, rope] : test::rope_variants()) {
+    const test::RopeTablesAs<float> tab(rope, 33, 64);
+    auto x = random_vec(size_t(2) * 33 * 3 * 64, 31);
+    auto y = x;
+    fast::rope_fwd(y.data(), tab.cos.data(), tab.sin.data(), 2, 33, 3, 64, 3 * 64);
+    fast::rope_bwd(y.data(), tab.cos.data(), tab.sin.data(), 2, 33, 3, 64, 3 * 64);
+    // Rotation then its transpose: c² + s² = 1 within 2u (f32 tables), two roundings of u each.
+    expect_close("rope_bwd(rope_fwd(x)) " + name, y, x, 0.0, 8 * kU32);
+  }
+}
+
+TEST(FastVsRef, RopeRejectsOddHeadDimAndMissingTables) {
+  std::vector<float> x(6), cs(3, 1.0f);
+  EXPECT_THROW(fast::rope_fwd(x.data(), cs.data(), cs.data(), 1, 2, 1, 3, 3), Error);
+  EXPECT_THROW(ref::rope_fwd<float>(x.data(), cs.data(), cs.data(), 1, 2, 1, 3, 3), Error);
+  EXPECT_THROW(fast::rope_fwd(x.data(), nullptr, cs.data(), 1, 2, 1, 2, 2), Error);
+  EXPECT_THROW(ref::rope_bwd<float>(x.data(), cs.data(), nullptr, 1, 2, 1, 2, 2), Error);
 }
 
 // ---- SwiGLU ---------------------------------------------------------------------------------

@@ -116,20 +116,23 @@ TEST(GradCheck, Linear) {
 }
 
 TEST(GradCheck, Rope) {
-  const int B = 2, T = 5, heads = 2, D = 6, ld = heads * D + 1;
-  Vec x = rand_d(size_t(B) * T * ld, 30), W = rand_d(x.size(), 31);
-  for (size_t r = 0; r < size_t(B) * T; ++r) W[r * ld + ld - 1] = 0;  // padding is not output
-  auto loss = [&] {
-    Vec y = x;
-    ref::rope_fwd<double>(y.data(), B, T, heads, D, ld, 100.0);
-    return dot(y, W);
-  };
-  Vec dx = W;
-  ref::rope_bwd<double>(dx.data(), B, T, heads, D, ld, 100.0);
-  auto pad = [&](size_t i) { return i % ld == size_t(ld - 1); };
-  Vec num = numeric_grad(x, loss, pad);
-  for (size_t r = 0; r < size_t(B) * T; ++r) dx[r * ld + ld - 1] = 0;
-  expect_grad("rope dx", dx, num);
+  const int B = 2, T = 40, heads = 2, D = 16, ld = heads * D + 1;
+  for (const auto& [name, rope] : test::rope_variants()) {  // T > llama3's original context 32
+    const test::RopeTablesAs<double> tab(rope, T, D);
+    Vec x = rand_d(size_t(B) * T * ld, 30), W = rand_d(x.size(), 31);
+    for (size_t r = 0; r < size_t(B) * T; ++r) W[r * ld + ld - 1] = 0;  // padding is not output
+    auto loss = [&] {
+      Vec y = x;
+      ref::rope_fwd<double>(y.data(), tab.cos.data(), tab.sin.data(), B, T, heads, D, ld);
+      return dot(y, W);
+    };
+    Vec dx = W;
+    ref::rope_bwd<double>(dx.data(), tab.cos.data(), tab.sin.data(), B, T, heads, D, ld);
+    auto pad = [&](size_t i) { return i % ld == size_t(ld - 1); };
+    Vec num = numeric_grad(x, loss, pad);
+    for (size_t r = 0; r < size_t(B) * T; ++r) dx[r * ld + ld - 1] = 0;
+    expect_grad("rope dx " + name, dx, num);
+  }
 }
 
 TEST(GradCheck, AttentionGroupedQuery) {
