@@ -4,7 +4,8 @@
 // mains in tests/support return kSkipExitCode (77, the automake / liburing convention) instead,
 // strata_test() gives every entry SKIP_RETURN_CODE 77, and CTest reports the entry as Skipped.
 // The reasons (each distinct GTEST_SKIP message once) go to stdout, so `ctest -V` and
-// Testing/Temporary/LastTest.log say why. A binary where some tests ran keeps GoogleTest's status.
+// Testing/Temporary/LastTest.log say why. A binary where some tests ran keeps GoogleTest's status;
+// one where none was selected fails.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -34,13 +35,24 @@ inline void add_skip_reasons(const testing::TestResult& r, std::vector<std::stri
 
 }  // namespace detail
 
-// gtest_status: what RUN_ALL_TESTS returned. Returns it unchanged unless it is 0 and every test
-// selected to run was skipped; then prints the reasons (when `report`, e.g. on rank 0 only) and
-// returns kSkipExitCode. `program` names the binary in the message.
+// gtest_status: what RUN_ALL_TESTS returned. Returns it unchanged unless it is 0 and
+//  - every test selected to run was skipped: prints the reasons (when `report`, e.g. on rank 0
+//    only) and returns kSkipExitCode;
+//  - no test was selected (a --gtest_filter that matches nothing, say after a rename): says so
+//    and returns 1, since an entry that runs nothing must not pass.
+// `program` names the binary in the messages.
 inline int exit_status(int gtest_status, const char* program, bool report = true) {
   const testing::UnitTest& ut = *testing::UnitTest::GetInstance();
   const int selected = ut.test_to_run_count();
-  if (gtest_status != 0 || selected == 0 || ut.skipped_test_count() < selected) return gtest_status;
+  std::string name = program ? program : "test";
+  if (auto slash = name.rfind('/'); slash != std::string::npos) name = name.substr(slash + 1);
+  if (gtest_status == 0 && selected == 0) {
+    if (report)
+      std::printf("FAILED: %s selected no test to run (check --gtest_filter: %s)\n", name.c_str(),
+                  testing::GTEST_FLAG(filter).c_str());
+    return 1;
+  }
+  if (gtest_status != 0 || ut.skipped_test_count() < selected) return gtest_status;
   std::vector<std::string> reasons;
   detail::add_skip_reasons(ut.ad_hoc_test_result(), reasons);
   for (int i = 0; i < ut.total_test_suite_count(); ++i) {
@@ -51,8 +63,6 @@ inline int exit_status(int gtest_status, const char* program, bool report = true
         detail::add_skip_reasons(*suite.GetTestInfo(j)->result(), reasons);
   }
   if (report) {
-    std::string name = program ? program : "test";
-    if (auto slash = name.rfind('/'); slash != std::string::npos) name = name.substr(slash + 1);
     std::printf("SKIPPED: all %d tests of %s skipped (exit status %d, which CTest reports as "
                 "Skipped), because:\n",
                 selected, name.c_str(), kSkipExitCode);
