@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """tools/make_schedule_golden.py — PyTorch's values for strata's LR schedules and clipping.
 
-Writes two small JSON fixtures that tests/optimizer/test_schedule.cpp compares against:
+Writes two small JSON fixtures that tests/optimizer/test_lr_schedule.cpp compares against:
 
   tests/optimizer/data/schedule_golden.json  the learning rate of every step of several
       (shape, lr, warmup, total, min_ratio) cases, from torch.optim.lr_scheduler driving a real
@@ -95,7 +95,8 @@ def closed_form(shape, lr, warmup, total, min_ratio, step):
     if shape == "constant" or total - 1 - warmup <= 0:
         return lr
     floor = lr * min_ratio
-    return floor + (lr - floor) * 0.5 * (1 + math.cos(math.pi * (step - warmup) / (total - 1 - warmup)))
+    progress = (step - warmup) / (total - 1 - warmup)
+    return floor + (lr - floor) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
 def schedule_fixture():

@@ -44,7 +44,8 @@ class ReferenceLoop {
       Tensor flat(layout.padded_numel());
       model.init_values(u, c.train.seed, 0, flat.size(), flat.data());
       for (const ParamView& v : layout.views()) {
-        master_[v.name] = Tensor(flat.begin() + long(v.offset), flat.begin() + long(v.offset + v.numel));
+        const auto first = flat.begin() + long(v.offset);
+        master_[v.name] = Tensor(first, first + long(v.numel));
         grads_[v.name] = Tensor(v.numel, 0.0f);
         m_state_[v.name] = Tensor(v.numel, 0.0f);
         v_state_[v.name] = Tensor(v.numel, 0.0f);
@@ -134,7 +135,8 @@ class ReferenceLoop {
       a.x = x;
       a.ln1.resize(size_t(N) * C);
       a.rstd1.resize(size_t(N));
-      ref::rmsnorm_fwd(a.ln1.data(), a.rstd1.data(), a.x.data(), w(p + "input_layernorm.weight"), N, C, eps);
+      ref::rmsnorm_fwd(a.ln1.data(), a.rstd1.data(), a.x.data(), w(p + "input_layernorm.weight"),
+                       N, C, eps);
       a.q.resize(size_t(N) * HD);
       a.k.resize(size_t(N) * KVD);
       a.v.resize(size_t(N) * KVD);
@@ -153,7 +155,8 @@ class ReferenceLoop {
       ref::add(a.x1.data(), a.x.data(), o.data(), a.x1.size());
       a.ln2.resize(size_t(N) * C);
       a.rstd2.resize(size_t(N));
-      ref::rmsnorm_fwd(a.ln2.data(), a.rstd2.data(), a.x1.data(), w(p + "post_attention_layernorm.weight"), N, C, eps);
+      ref::rmsnorm_fwd(a.ln2.data(), a.rstd2.data(), a.x1.data(),
+                       w(p + "post_attention_layernorm.weight"), N, C, eps);
       a.gate.resize(size_t(N) * F);
       a.up.resize(size_t(N) * F);
       a.h.resize(size_t(N) * F);
@@ -176,8 +179,8 @@ class ReferenceLoop {
     ref::cross_entropy_bwd(logits.data(), logits.data(), tgt, dloss, N, V);  // dlogits in place
     Tensor dln(size_t(N) * C), tmp(size_t(N) * C), dx(size_t(N) * C, 0.0f);
     ref::linear_bwd(dln.data(), g(head), logits.data(), lnf.data(), w(head), N, C, V);
-    ref::rmsnorm_bwd(dx.data(), g("model.norm.weight"), dln.data(), x.data(), w("model.norm.weight"),
-                     rstdf.data(), N, C);
+    ref::rmsnorm_bwd(dx.data(), g("model.norm.weight"), dln.data(), x.data(),
+                     w("model.norm.weight"), rstdf.data(), N, C);
     for (int l = m_.n_layers - 1; l >= 0; --l) {
       const std::string p = "model.layers." + std::to_string(l) + ".";
       const BlockActs& a = acts[size_t(l)];

@@ -19,8 +19,8 @@
 // ~1e-7, and AdamW carries that into the weights as above. Measured over these 10-step runs:
 // losses 5e-8, gradient norms 1.8e-6, weights 3.6e-6 relative L2 and 5.6e-5 of a tensor's scale
 // per element; the bound is 3e-5 (3e-4 per element), 5-10x the measured worst. The reference
-// computes the rate and the clipping factor with optimizer/schedule.h, which test_schedule holds
-// against PyTorch's own values.
+// computes the rate and the clipping factor with optimizer/schedule.h, which test_lr_schedule
+// holds against PyTorch's own values.
 // Prefetch depth and checkpointing change no operation at all: bit-equal.
 #include <gtest/gtest.h>
 
@@ -125,7 +125,8 @@ void expect_close(const RunResult& a, const Expected& e, const std::string& what
   ASSERT_EQ(a.weights.size(), b.weights.size());
   double worst_loss = 0, first_norm = 0, worst_norm = 0;
   for (size_t i = 0; i < a.losses.size(); ++i) {
-    worst_loss = std::max(worst_loss, std::fabs(a.losses[i] - b.losses[i]) / std::fabs(b.losses[i]));
+    worst_loss =
+        std::max(worst_loss, std::fabs(a.losses[i] - b.losses[i]) / std::fabs(b.losses[i]));
     const double d = std::fabs(a.grad_norms[i] - b.grad_norms[i]) / b.grad_norms[i];
     if (i == 0)
       first_norm = d;
@@ -160,11 +161,10 @@ void expect_close(const RunResult& a, const Expected& e, const std::string& what
   }
   if (world().rank() == 0)
     std::printf("[%s] %s: max relative diff of losses %.3g, of gradient norms %.3g (step 1) and "
-                "%.3g (later); weights: "
-                "worst relative L2 %.3g (%s), worst element %.3g of its tensor's scale (bounds %.3g "
-                "and %.3g per element)\n",
-                what.c_str(), e.what.c_str(), worst_loss, first_norm, worst_norm, worst_l2, worst_name.c_str(),
-                worst_max, rtol, 10 * rtol);
+                "%.3g (later); weights: worst relative L2 %.3g (%s), worst element %.3g of its "
+                "tensor's scale (bounds %.3g and %.3g per element)\n",
+                what.c_str(), e.what.c_str(), worst_loss, first_norm, worst_norm, worst_l2,
+                worst_name.c_str(), worst_max, rtol, 10 * rtol);
 }
 
 void expect_equal(const RunResult& a, const RunResult& b, const char* what) {
@@ -213,10 +213,10 @@ TEST(Zero3, ReproducesTheExpectedRunWithClippingOnAndOff) {
   const int steps = int(got.grad_norms.size());
   EXPECT_TRUE(clipped >= 3 && steps - clipped >= 3)
       << clipped << " of " << steps << " steps clipped: the test lost its point";
+  const auto [lo, hi] = std::minmax_element(got.grad_norms.begin(), got.grad_norms.end());
   if (world().rank() == 0)
     std::printf("[clip] %d of %d steps clipped at %.2f; gradient norms %.3g ... %.3g\n", clipped,
-                steps, double(kClip), *std::min_element(got.grad_norms.begin(), got.grad_norms.end()),
-                *std::max_element(got.grad_norms.begin(), got.grad_norms.end()));
+                steps, double(kClip), *lo, *hi);
   expect_close(got, expected(c, kRanksTol, kRefTol), "clip");
 }
 

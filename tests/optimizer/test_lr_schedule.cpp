@@ -99,7 +99,8 @@ TEST(LrScheduleGolden, EveryStepMatchesTorchSchedulers) {
   }
   std::printf("[schedule] %d learning rates from %zu cases against torch %s: worst relative "
               "difference %.3g (bound %.3g)\n", checked, fx.at("cases").size(),
-              fx.at("torch_version").get<std::string>().c_str(), worst, kHalfFloatUlp + kDoubleSlack);
+              fx.at("torch_version").get<std::string>().c_str(), worst,
+              kHalfFloatUlp + kDoubleSlack);
 }
 
 TEST(ClipGolden, ShardedNormAndCoefficientMatchClipGradNorm) {
@@ -150,7 +151,8 @@ TEST(ClipGolden, ShardedNormAndCoefficientMatchClipGradNorm) {
         EXPECT_NEAR(double(got), want[i], 4 * 0x1p-23 * std::fabs(want[i]))
             << "tensor " << t << " element " << i;
         if (want[i] != 0)
-          worst_clipped = std::max(worst_clipped, std::fabs(double(got) - want[i]) / std::fabs(want[i]));
+          worst_clipped =
+              std::max(worst_clipped, std::fabs(double(got) - want[i]) / std::fabs(want[i]));
       }
     }
   }

@@ -1,6 +1,6 @@
 // tests/support/gtest_main.cpp — GoogleTest main of the single-process test binaries: GoogleTest's
-// own main, except that a run in which every selected test skipped exits 77 with the reasons
-// (tests/support/skip_status.h), so CTest reports it as Skipped rather than Passed.
+// own, except that a run in which every selected test skipped exits 77 with the reasons, and one
+// that selected no test fails (tests/support/skip_status.h).
 #include <gtest/gtest.h>
 
 #include "tests/support/skip_status.h"
