@@ -5,11 +5,22 @@
 // continuing short transfers, draining and error messages — so every backend, and the fault
 // injector sitting between FileIO and a real backend, is checked by the same code. A backend
 // never retries and never throws for a failed transfer: it returns the byte count or -errno.
-// It throws (strata::Error) only when it cannot work at all (ring setup, thread start).
+// It throws (strata::Error) only when it cannot work at all (ring setup, a refused
+// io_uring_enter, thread start).
 //
 // Contract: FileIO never has more than `queue_depth` operations submitted and not yet reaped;
 // add_file/remove_file/register_buffers are called only when nothing is in flight; one thread
 // calls a backend at a time.
+//
+// Accounting, which FileIO relies on to never count an operation the backend does not hold:
+// - submit(ops) accepts the ops in order. It returns when it accepted all of them, or throws
+//   when it cannot accept one: the ops accepted before that point (a prefix, possibly empty)
+//   stay accepted, are counted by in_flight() and yield results as usual; the rest were never
+//   started and touch no memory. FileIO learns the prefix from in_flight() and fails the rest.
+// - reap() throws only without having returned anything: results not returned stay with the
+//   backend and in_flight() still counts them.
+// - in_flight() counts accepted operations whose result reap() has not returned. Each accepted
+//   operation yields exactly one result, with the id it was submitted under.
 #pragma once
 
 #include <sys/uio.h>
@@ -49,9 +60,11 @@ class IoBackend {
   // Registers staging memory (fixed buffers). Returns false where unsupported or refused;
   // `regions` empty unregisters.
   virtual bool register_buffers(std::span<const iovec> regions) = 0;
+  // Accepts every op, or throws having accepted a prefix (see the accounting above).
   virtual void submit(std::span<const RawOp> ops) = 0;
   // Waits until at least `min_results` results are ready (0: poll), moves up to out.size() into
-  // `out`, returns how many.
+  // `out`, returns how many. May return fewer than min_results (never more than in_flight());
+  // callers loop.
   virtual size_t reap(std::span<RawResult> out, size_t min_results) = 0;
   virtual size_t in_flight() const = 0;
 };

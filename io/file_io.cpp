@@ -5,6 +5,10 @@
 // per chunk in flight (queue_depth of them; the slot index is the backend's op id). A chunk that
 // comes back -EAGAIN/-EINTR or short keeps its slot and is resubmitted first on the next pump.
 // A hard failure sets `aborting`: nothing new starts, in-flight chunks are reaped, then one Error.
+// Failures of the backend itself go the same way: chunks it refused at submit, results for ids
+// not in flight, results it lost (it holds none of the chunks counted in flight), a reap that
+// throws. `in_flight` only ever counts chunks the backend accepted and has not answered, so
+// draining always ends (io/backend.h has the accounting contract this relies on).
 #include "io/file_io.h"
 
 #include <fcntl.h>
@@ -87,7 +91,28 @@ struct Slot {
   uint32_t length = 0;   // bytes still to move
   int buffer_index = -1;
   uint32_t again = 0;
+  bool busy = false;     // accepted by the backend, result not yet reaped
 };
+
+// What an exception from a backend says, for the failure it becomes.
+struct Thrown {
+  std::string where, what;
+  std::vector<std::string> hints;
+};
+Thrown describe_thrown(std::exception_ptr e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const Error& err) {
+    return {err.where(), err.what_failed(), err.hints()};
+  } catch (const std::exception& err) {
+    return {"", err.what(), {}};
+  } catch (...) {
+    return {"", "an exception that is not a std::exception", {}};
+  }
+}
+std::string thrown_text(const Thrown& t) {
+  return t.where.empty() ? t.what : str("[", t.where, "] ", t.what);
+}
 
 }  // namespace
 
@@ -101,7 +126,7 @@ struct FileIO::State {
   std::vector<uint32_t> resubmit;  // slots whose rest goes out on the next pump
   std::vector<RawOp> batch;
   std::vector<RawResult> results;
-  size_t in_flight = 0;           // slots submitted to the backend, not yet reaped
+  size_t in_flight = 0;           // slots the backend accepted and has not answered (busy)
   std::vector<iovec> registered;  // sorted by address
 
   // The first hard failure, while draining.
@@ -110,7 +135,6 @@ struct FileIO::State {
   std::vector<std::string> fail_hints;
   size_t fail_in_flight = 0;  // chunks in flight when it happened
   size_t failed_requests = 0;
-  size_t abandoned_requests = 0;
 
   // Trace: one span per busy period of the queue.
   std::string track;
@@ -136,6 +160,8 @@ FileIO::FileIO(std::unique_ptr<IoBackend> backend, IoOptions options)
   st.slots.resize(options_.queue_depth);
   for (int i = options_.queue_depth - 1; i >= 0; --i) st.free_slots.push_back(uint32_t(i));
   st.results.resize(std::min<size_t>(kReapBatch, options_.queue_depth));
+  st.batch.reserve(st.slots.size());  // pump() and complete() never allocate
+  st.resubmit.reserve(st.slots.size());
   st.track = "io:" + options_.name;
 }
 
@@ -147,6 +173,10 @@ FileIO::~FileIO() {
     log_error("io", "error while draining at shutdown: ", e.what());
   }
   try {
+    if (pending_requests_ > 0)
+      log_error("io", pending_requests_, " request(s) still pending at shutdown: the ",
+                backend_->name(), " backend is closed while it holds ", backend_->in_flight(),
+                " chunk(s) it never answered");
     for (OpenFile& f : state_->files)
       for (Member& m : f.members)
         if (m.backend_file >= 0) backend_->remove_file(m.backend_file);
@@ -276,10 +306,9 @@ void FileIO::register_buffers(std::span<const std::span<std::byte>> regions) {
 
 void FileIO::unregister_buffers() { register_buffers({}); }
 
-void FileIO::submit(std::span<const IoRequest> requests) {
-  State& st = *state_;
+void FileIO::validate(std::span<const IoRequest> requests) const {
   for (const IoRequest& r : requests) {
-    OpenFile& f = checked_file(st.files, r.file, "io::submit");
+    const OpenFile& f = checked_file(state_->files, r.file, "io::submit");
     auto refuse = [&](const std::string& why) {
       fail(str("io::", io_op_name(r.op)),
            str(io_op_name(r.op), " of ", r.length, " bytes at offset ", r.offset, " in '",
@@ -297,6 +326,11 @@ void FileIO::submit(std::span<const IoRequest> requests) {
     if (r.length % f.alignment.offset)
       refuse(str("length is not a multiple of ", f.alignment.offset));
   }
+}
+
+void FileIO::submit(std::span<const IoRequest> requests) {
+  State& st = *state_;
+  validate(requests);
   for (const IoRequest& r : requests) {
     uint32_t j;
     if (!st.free_jobs.empty()) {
@@ -311,10 +345,12 @@ void FileIO::submit(std::span<const IoRequest> requests) {
     ++pending_requests_;
     ++stats_.requests;
   }
+  // pump() does not throw: what the backend refuses becomes the failure wait() reports.
   if (!st.aborting) pump();
 }
 
-// Fills free slots: resubmissions first, then new chunks, all in one backend submit.
+// Fills free slots: resubmissions first, then new chunks, all in one backend submit. Never
+// throws: chunks the backend refuses are failed (see refuse()).
 void FileIO::pump() {
   State& st = *state_;
   st.batch.clear();
@@ -374,26 +410,110 @@ void FileIO::pump() {
   }
   if (st.batch.empty()) return;
   if (st.in_flight == 0 && st.busy_since < 0 && trace_enabled()) st.busy_since = trace_now_us();
-  backend_->submit(st.batch);
-  st.in_flight += st.batch.size();
+  // The backend accepts all, or throws having accepted a prefix that its in_flight() counts.
+  const size_t held_before = backend_->in_flight();
+  size_t accepted = st.batch.size();
+  std::exception_ptr refused;
+  try {
+    backend_->submit(st.batch);
+  } catch (...) {
+    refused = std::current_exception();
+    size_t held_after = backend_->in_flight();
+    accepted = held_after > held_before ? std::min(held_after - held_before, st.batch.size()) : 0;
+  }
+  for (size_t i = 0; i < accepted; ++i) st.slots[st.batch[i].id].busy = true;
+  st.in_flight += accepted;
+  if (refused) refuse(accepted, refused);
+}
+
+// The backend threw from submit() after accepting batch[0, accepted): the rest never started.
+// Their requests fail; what is in flight drains; wait() then throws what the backend said.
+void FileIO::refuse(size_t accepted, std::exception_ptr thrown) {
+  State& st = *state_;
+  const Thrown t = describe_thrown(thrown);
+  std::vector<std::string> hints = t.hints;
+  hints.push_back("the I/O backend itself failed, not a transfer: check `dmesg`; "
+                  "io.backend=posix avoids io_uring");
+  if (accepted == st.batch.size()) {  // it threw, yet holds every chunk: they drain as usual
+    begin_abort("io::submit",
+                str("the ", backend_->name(), " backend failed while submitting ", accepted,
+                    " chunk(s), which it accepted: ", thrown_text(t)),
+                std::move(hints));
+    return;
+  }
+  const Slot& s = st.slots[st.batch[accepted].id];
+  const Job& job = st.jobs[s.job];
+  const Member& m = st.files[job.request.file].members[s.member];
+  begin_abort(str("io::", io_op_name(job.request.op)),
+              str("the ", backend_->name(), " backend refused ", st.batch.size() - accepted, " of ",
+                  st.batch.size(), " chunk(s) at submission (the first: ", io_op_name(job.request.op),
+                  " of ", s.length, " bytes at offset ", s.offset, " in '", m.path, "'): ",
+                  thrown_text(t)),
+              std::move(hints));
+  std::vector<IoCompletion> none;  // a failed chunk never completes a request
+  for (size_t i = accepted; i < st.batch.size(); ++i) {
+    uint32_t id = uint32_t(st.batch[i].id);
+    mark_failed(st.slots[id].job);
+    release(id, none, false);
+  }
 }
 
 size_t FileIO::wait(size_t min_completions, std::vector<IoCompletion>& out) {
   State& st = *state_;
   size_t got = 0;
   bool polled = false;
+  bool reap_threw = false;  // the previous reap() threw
   for (;;) {
     if (!st.aborting) pump();
+    // What the backend holds bounds what may be waited for: chunks counted in flight that it no
+    // longer holds were lost, and waiting for them would never end.
+    const size_t held = backend_->in_flight();
+    if (held == 0 && st.in_flight > 0) lose_in_flight();
     if (st.aborting) {
-      if (st.in_flight == 0) throw_failure();
-    } else if (st.in_flight == 0 || (got >= min_completions && (min_completions > 0 || polled))) {
+      if (st.in_flight == 0 && held == 0) throw_failure();
+    } else if (st.in_flight == 0) {
+      if (pending_requests_ == 0) break;
+      // Cannot happen while the bookkeeping holds; if it ever does, fail rather than return 0
+      // to a drain() that would call again for ever.
+      begin_abort("io::wait",
+                  str(pending_requests_, " request(s) pending with no chunk in flight or queued"),
+                  {"this is a bug in strata's FileIO; please report it"});
+      continue;
+    } else if (got >= min_completions && (min_completions > 0 || polled)) {
       break;
     }
     // Each request needs at least one more chunk result, so waiting for that many results at
-    // once never waits longer than necessary, and saves a wake-up per result.
-    size_t need = st.aborting ? st.in_flight
-                : got < min_completions ? std::min(min_completions - got, st.in_flight) : 0;
-    size_t n = backend_->reap(st.results, need);
+    // once never waits longer than necessary, and saves a wake-up per result. While draining,
+    // everything the backend holds is waited for: buffers stay in use until it answers.
+    size_t need = st.aborting ? held
+                : got < min_completions ? std::min({min_completions - got, st.in_flight, held})
+                : 0;
+    need = std::min(need, st.results.size());
+    size_t n = 0;
+    try {
+      n = backend_->reap(st.results, need);
+    } catch (...) {
+      const Thrown t = describe_thrown(std::current_exception());
+      if (reap_threw) {
+        // Twice in a row: the backend cannot report on what it holds. Nothing is released (its
+        // buffers may still be in use); a later wait() or drain() tries again.
+        std::vector<std::string> hints = t.hints;
+        hints.push_back("the requests stay pending and their buffers in use: call wait() or "
+                        "drain() again to retry");
+        throw Error("io::wait",
+                    str("reaping completions from the ", backend_->name(), " backend failed again: ",
+                        thrown_text(t), "; it still holds ", backend_->in_flight(), " chunk(s) of ",
+                        pending_requests_, " pending request(s)"),
+                    std::move(hints));
+      }
+      reap_threw = true;
+      begin_abort("io::wait",
+                  str("reaping completions from the ", backend_->name(), " backend failed: ",
+                      thrown_text(t)),
+                  t.hints);
+      continue;
+    }
+    reap_threw = false;
     polled = true;
     for (size_t i = 0; i < n; ++i) got += complete(st.results[i], out);
     if (st.in_flight == 0 && st.resubmit.empty()) end_busy_span();
@@ -414,9 +534,20 @@ void FileIO::run(std::span<const IoRequest> requests) {
 // One backend result. Returns 1 when it completed a request (appended to `out`).
 size_t FileIO::complete(const RawResult& r, std::vector<IoCompletion>& out) {
   State& st = *state_;
-  STRATA_CHECK(r.id < st.slots.size(), "io::wait", "backend returned unknown op id ", r.id);
+  if (r.id >= st.slots.size() || !st.slots[r.id].busy) {
+    // Not ours: nothing is released on its account. If the backend answered a chunk under a
+    // wrong id, that chunk's result is missing and lose_in_flight() fails it once the backend
+    // holds nothing more.
+    begin_abort("io::wait",
+                str("the ", backend_->name(), " backend returned a result (", r.result,
+                    ") for op id ", r.id, ", which is not in flight (ids are 0..",
+                    st.slots.size() - 1, ")"),
+                {"this is a bug in the I/O backend"});
+    return 0;
+  }
   --st.in_flight;
   Slot& s = st.slots[r.id];
+  s.busy = false;
   Job& job = st.jobs[s.job];
   if (r.result < 0) {
     int err = int(-r.result);
@@ -450,7 +581,9 @@ size_t FileIO::complete(const RawResult& r, std::vector<IoCompletion>& out) {
   return release(r.id, out, s.length == 0);
 }
 
-// Frees a slot; finishes its request when that was its last chunk.
+// Frees a slot; completes its request when that was its last chunk and every chunk moved. A
+// request that failed or was cut short stays pending until throw_failure() reports it, so that
+// callers keep calling wait() until they hear of it.
 size_t FileIO::release(uint64_t id, std::vector<IoCompletion>& out, bool finished) {
   State& st = *state_;
   uint32_t j = st.slots[id].job;
@@ -459,30 +592,58 @@ size_t FileIO::release(uint64_t id, std::vector<IoCompletion>& out, bool finishe
   if (!finished) job.incomplete = true;
   --job.chunks_out;
   if (job.chunks_out > 0 || job.cursor < job.request.length) return 0;
-  size_t delivered = 0;
-  if (!job.failed && !job.incomplete) {
-    out.push_back(IoCompletion{job.request.tag, job.request.length});
-    delivered = 1;
-  } else if (!job.failed) {
-    ++st.abandoned_requests;
-  }
+  if (job.failed || job.incomplete) return 0;
+  out.push_back(IoCompletion{job.request.tag, job.request.length});
   job.live = false;
   st.free_jobs.push_back(j);
   --pending_requests_;
-  return delivered;
+  return 1;
+}
+
+// The backend holds none of the chunks counted in flight: their results will never come. Each
+// fails, so draining ends.
+void FileIO::lose_in_flight() {
+  State& st = *state_;
+  begin_abort("io::wait",
+              str("the ", backend_->name(), " backend holds none of the ", st.in_flight,
+                  " chunk(s) still counted in flight: their results were lost"),
+              {"this is a bug in the I/O backend (it answered under unknown ids or dropped "
+               "results)"});
+  std::vector<IoCompletion> none;
+  for (uint32_t id = 0; id < st.slots.size(); ++id) {
+    if (!st.slots[id].busy) continue;
+    st.slots[id].busy = false;
+    --st.in_flight;
+    mark_failed(st.slots[id].job);
+    release(id, none, false);
+  }
+}
+
+void FileIO::mark_failed(uint32_t job) {
+  State& st = *state_;
+  ++stats_.failed;
+  if (!st.jobs[job].failed) ++st.failed_requests;
+  st.jobs[job].failed = true;
+}
+
+// The first failure is the one reported; later ones only count.
+void FileIO::begin_abort(std::string where, std::string what, std::vector<std::string> hints) {
+  State& st = *state_;
+  if (st.aborting) return;
+  st.aborting = true;
+  st.fail_in_flight = st.in_flight;
+  st.fail_where = std::move(where);
+  st.fail_what = std::move(what);
+  st.fail_hints = std::move(hints);
 }
 
 // err > 0: errno; 0: end of file (nothing moved); -1: the backend reported more than asked.
 void FileIO::record_failure(uint64_t id, int err) {
   State& st = *state_;
   const Slot& s = st.slots[id];
-  Job& job = st.jobs[s.job];
-  ++stats_.failed;
-  if (!job.failed) ++st.failed_requests;
-  job.failed = true;
+  mark_failed(s.job);
   if (st.aborting) return;
-  st.aborting = true;
-  st.fail_in_flight = st.in_flight;
+  const Job& job = st.jobs[s.job];
   const OpenFile& f = st.files[job.request.file];
   const Member& m = f.members[s.member];
   const char* op = io_op_name(job.request.op).data();
@@ -514,17 +675,16 @@ void FileIO::record_failure(uint64_t id, int err) {
   if (job.request.length != s.length || job.request.offset != s.logical)
     what += str("; part of a ", job.request.length, "-byte ", op, " at offset ",
                 job.request.offset);
-  st.fail_where = str("io::", op);
-  st.fail_what = std::move(what);
-  st.fail_hints = std::move(hints);
+  begin_abort(str("io::", op), std::move(what), std::move(hints));
 }
 
+// Everything in flight has drained: finish what is left, reset, and throw the first failure.
 [[noreturn]] void FileIO::throw_failure() {
   State& st = *state_;
   std::vector<IoCompletion> none;
   for (uint32_t id : st.resubmit) release(id, none, false);
   st.resubmit.clear();
-  size_t abandoned = st.abandoned_requests;
+  size_t abandoned = 0;
   for (uint32_t j = 0; j < st.jobs.size(); ++j) {
     Job& job = st.jobs[j];
     if (!job.live) continue;
@@ -541,7 +701,6 @@ void FileIO::record_failure(uint64_t id, int err) {
   std::vector<std::string> hints = std::move(st.fail_hints);
   st.aborting = false;
   st.failed_requests = 0;
-  st.abandoned_requests = 0;
   st.fail_in_flight = 0;
   end_busy_span();
   throw Error(std::move(where), std::move(what), std::move(hints));

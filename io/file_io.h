@@ -8,15 +8,26 @@
 // for locality, or order overlapping requests; it does not allocate the caller's memory.
 //
 // Ownership: the caller owns every buffer and keeps it alive and untouched from submit() until
-// its completion is returned by wait() (or until wait()/drain() throws). Files belong to the
-// FileIO and are closed by close() or its destructor (which drains first).
+// its completion is returned by wait() (or until wait()/drain() throws, except as said below).
+// Files belong to the FileIO and are closed by close() or its destructor (which drains first).
 // Threads: one thread at a time may call a FileIO; it has no thread of its own to call back on.
+// validate(), alignment(), file_direct() and describe() only read what open() set, and may be
+// called from any thread while no open() or close() runs.
 // Completions: a request's completion is delivered by wait() once all its bytes have moved.
 // Errors (strata::Error): submit() throws for invalid requests (unaligned buffer, offset or length;
 // unknown file) before queueing any request of the batch. When a chunk fails, no new chunk is
 // started; wait() keeps reaping until nothing is in flight, then throws one Error naming the path,
 // offset, length and errno text (and how many other requests failed or were abandoned). After
 // that every request not yet returned is finished, nothing is in flight, and the FileIO is usable.
+// Completions appended to `out` by the wait() that throws are real: those requests completed.
+// Failures of the backend itself are handled the same way, so a wait() never waits for a chunk
+// the backend does not hold: chunks it refuses at submission fail (submit() itself does not
+// throw for them; the next wait() reports it), a result under an id not in flight is a failure,
+// chunks it no longer holds fail as lost. The one exception: when reaping throws twice in a row,
+// wait() throws at once with the chunks the backend still holds left pending (their buffers may
+// still be in use); a later wait() or drain() retries. No call ever waits for ever unless the
+// backend never answers an operation it holds (a hung device; the kernel's own I/O timeout
+// usually turns that into -EIO).
 //
 // Example (two 8 MiB writes in flight, then a read of both):
 //   auto io = make_file_io(IoOptions{}, {dir});
@@ -28,6 +39,7 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <span>
 #include <string>
@@ -112,6 +124,8 @@ class FileIO {
   void register_buffers(std::span<const std::span<std::byte>> regions);
   void unregister_buffers();
 
+  // Throws what submit() would throw for these requests, and does nothing else.
+  void validate(std::span<const IoRequest> requests) const;
   void submit(std::span<const IoRequest> requests);
   void submit(const IoRequest& request) { submit(std::span<const IoRequest>(&request, 1)); }
   // Blocks until at least `min_completions` requests completed (fewer if fewer are pending) and
@@ -128,8 +142,12 @@ class FileIO {
  private:
   struct State;  // the queue's bookkeeping (io/file_io.cpp)
   void pump();
+  void refuse(size_t accepted, std::exception_ptr thrown);
   size_t complete(const RawResult& result, std::vector<IoCompletion>& out);
   size_t release(uint64_t slot, std::vector<IoCompletion>& out, bool finished);
+  void lose_in_flight();
+  void mark_failed(uint32_t job);
+  void begin_abort(std::string where, std::string what, std::vector<std::string> hints);
   void record_failure(uint64_t slot, int err);
   [[noreturn]] void throw_failure();
   void end_busy_span();

@@ -54,11 +54,15 @@ class PosixBackend final : public IoBackend {
   }
   bool register_buffers(std::span<const iovec>) override { return false; }
 
+  // One op at a time, so that a throw (std::bad_alloc from the queue) leaves exactly the ops
+  // queued before it accepted and counted (io/backend.h).
   void submit(std::span<const RawOp> ops) override {
     {
       std::lock_guard<std::mutex> lock(m_);
-      work_.insert(work_.end(), ops.begin(), ops.end());
-      in_flight_ += ops.size();
+      for (const RawOp& op : ops) {
+        work_.push_back(op);
+        ++in_flight_;
+      }
     }
     if (ops.size() == 1) work_cv_.notify_one();
     else work_cv_.notify_all();
@@ -66,7 +70,9 @@ class PosixBackend final : public IoBackend {
 
   size_t reap(std::span<RawResult> out, size_t min_results) override {
     std::unique_lock<std::mutex> lock(m_);
-    done_cv_.wait(lock, [&] { return done_.size() >= min_results; });
+    // Never more than it holds: a caller asking for more would otherwise wait for ever.
+    const size_t want = std::min(min_results, in_flight_);
+    done_cv_.wait(lock, [&] { return done_.size() >= want; });
     size_t n = std::min(out.size(), done_.size());
     std::copy_n(done_.begin(), n, out.begin());
     done_.erase(done_.begin(), done_.begin() + ptrdiff_t(n));

@@ -7,6 +7,7 @@
 // stub is io/no_uring.cpp.
 #include <liburing.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <vector>
 
@@ -18,6 +19,7 @@ namespace strata {
 namespace {
 
 constexpr unsigned kFileSlots = 256;  // fixed-file table size; more files use plain fds
+constexpr uint64_t kRetired = ~uint64_t(0);  // user data of entries retired after a failed enter
 
 class UringBackend final : public IoBackend {
  public:
@@ -106,13 +108,23 @@ class UringBackend final : public IoBackend {
     return true;
   }
 
+  // Prepares an entry per op and hands them to the kernel in one io_uring_enter. Entries an
+  // enter leaves queued (-EAGAIN/-EBUSY, or a kernel that stops at a failing entry) stay
+  // accepted: the next enter (reap() makes one) submits them. When the enter fails outright, the
+  // entries of this batch the kernel did not take are retired and the call throws, so exactly
+  // the accepted prefix is counted in flight (io/backend.h).
   void submit(std::span<const RawOp> ops) override {
+    size_t queued = 0;  // entries of this batch prepared so far
     for (const RawOp& op : ops) {
       io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
-      if (!sqe) {  // only when an earlier submit left entries behind (-EAGAIN/-EBUSY)
-        flush();
+      if (!sqe) {  // entries left behind by earlier enters (-EAGAIN/-EBUSY) fill the ring
+        enter(queued);
         sqe = io_uring_get_sqe(&ring_);
-        STRATA_CHECK(sqe != nullptr, "io::uring", "submission queue full");
+        if (!sqe)
+          fail("io::uring",
+               str("submission queue full: the kernel took none of the ", io_uring_sq_ready(&ring_),
+                   " queued entries (", queued, " of this batch of ", ops.size(), " accepted)"),
+               "the kernel is short of memory or the completion queue overflowed; retry later");
       }
       const File& f = files_[size_t(op.file)];
       int target = f.slot >= 0 ? f.slot : f.fd;
@@ -129,9 +141,10 @@ class UringBackend final : public IoBackend {
       }
       if (f.slot >= 0) sqe->flags |= IOSQE_FIXED_FILE;
       io_uring_sqe_set_data64(sqe, op.id);
+      ++queued;
+      ++in_flight_;
     }
-    in_flight_ += ops.size();
-    flush();
+    enter(queued);
   }
 
   size_t reap(std::span<RawResult> out, size_t min_results) override {
@@ -143,17 +156,24 @@ class UringBackend final : public IoBackend {
           continue;
         }
         if (rc == -EINTR) continue;
-        STRATA_URING_CHECK(rc);
+        STRATA_URING_CHECK(rc);  // nothing reaped yet: every result stays in the ring
       }
     }
     io_uring_cqe* cqes[256];
     unsigned want = unsigned(std::min<size_t>(out.size(), 256));
     unsigned n = io_uring_peek_batch_cqe(&ring_, cqes, want);
-    for (unsigned i = 0; i < n; ++i)
-      out[i] = RawResult{io_uring_cqe_get_data64(cqes[i]), cqes[i]->res};
+    size_t got = 0;
+    for (unsigned i = 0; i < n; ++i) {
+      uint64_t id = io_uring_cqe_get_data64(cqes[i]);
+      if (id == kRetired) {
+        --retired_;
+        continue;
+      }
+      out[got++] = RawResult{id, cqes[i]->res};
+    }
     io_uring_cq_advance(&ring_, n);
-    in_flight_ -= n;
-    return n;
+    in_flight_ -= got;
+    return got;
   }
 
   size_t in_flight() const override { return in_flight_; }
@@ -165,13 +185,39 @@ class UringBackend final : public IoBackend {
   };
 
   // Hands queued entries to the kernel. -EAGAIN/-EBUSY leave them queued for the next enter.
-  void flush() {
+  // Any other error: the last `batch` entries are this call's; those still in the submission
+  // queue are retired and no longer counted, and it throws.
+  void enter(size_t& batch) {
     for (;;) {
       int rc = io_uring_submit(&ring_);
       if (rc >= 0 || rc == -EAGAIN || rc == -EBUSY) return;
       if (rc == -EINTR) continue;
-      STRATA_URING_CHECK(rc);
+      const size_t left = std::min<size_t>(io_uring_sq_ready(&ring_), batch);
+      retire_newest(unsigned(left));
+      in_flight_ -= left;
+      const size_t accepted = batch - left;
+      batch = accepted;
+      fail("io::uring",
+           str("io_uring_submit refused ", left, " entries (", accepted,
+               " of this batch were accepted before): ", errno_string(-rc)),
+           "the kernel or a seccomp filter refused io_uring_enter; io.backend=posix avoids io_uring");
     }
+  }
+
+  // The newest `count` entries of the submission queue, which the kernel has not consumed, become
+  // no-ops under kRetired: they touch no memory, and reap() drops their completions. (An entry
+  // published to the kernel cannot be taken back; without SQPOLL the kernel reads it only inside
+  // io_uring_enter, which only this thread calls.)
+  void retire_newest(unsigned count) {
+    const unsigned tail = ring_.sq.sqe_tail;
+    for (unsigned i = 1; i <= count; ++i) {
+      const unsigned pos = (tail - i) & ring_.sq.ring_mask;
+      const unsigned index = ring_.sq.array ? ring_.sq.array[pos] : pos;
+      io_uring_sqe* sqe = &ring_.sq.sqes[index];
+      io_uring_prep_nop(sqe);
+      io_uring_sqe_set_data64(sqe, kRetired);
+    }
+    retired_ += count;
   }
 
   io_uring ring_{};
@@ -181,7 +227,8 @@ class UringBackend final : public IoBackend {
   bool buffers_ = false;
   std::vector<bool> slot_used_;
   std::vector<File> files_;
-  size_t in_flight_ = 0;
+  size_t in_flight_ = 0;  // accepted, not yet reaped (retired entries excluded)
+  size_t retired_ = 0;    // retired entries whose completion has not come back
 };
 
 }  // namespace

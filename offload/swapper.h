@@ -2,15 +2,29 @@
 // worker thread of its own, so the engine's thread only enqueues and, when it needs the data,
 // waits for a ticket.
 //
-// submit() hands over a job (any number of IoRequests, e.g. a unit's shard or one chunk of the
-// optimizer states) and returns at once; the worker keeps the FileIO's queue full across jobs.
-// wait(ticket) blocks until that job's bytes have all moved. After an I/O error the swapper is
-// failed: the job's waiters and every later wait() throw that Error (naming path, offset,
-// length), so a step that hit it stops and nothing after it is reported as written.
+// submit() checks a job (any number of IoRequests, e.g. a unit's shard or one chunk of the
+// optimizer states) on the caller's thread, hands it over and returns its ticket at once; the
+// worker keeps the FileIO's queue full across jobs. Buffers belong to the caller and must stay
+// untouched until their job is waited for.
+//
+// Tickets: each is waited for once, by wait(ticket) or by a wait_all() called after it was
+// issued. wait() or done() on ticket 0, on a ticket never issued, or on one already waited for
+// is an immediate Error naming it (a bug in the caller), never a wait.
+// Failures: the first I/O error, or any failure of the worker itself, fails the swapper. Every
+// job not complete by then fails with that Error (naming path, offset, length): waiting for one
+// rethrows it, as often as it is waited for; every later submit() throws it too, and wait_all()
+// throws it while the swapper is failed. A job that completed before the failure still waits
+// successfully. The worker drains the FileIO before it reports a failure, so no buffer of a
+// failed job is still in use (unless the backend itself can no longer be reaped; that Error says
+// so).
+// Bounded waits: a wait() or wait_all() not satisfied after `timeout_s` throws an Error naming
+// the ticket, the job (read or write, bytes, file) and how long it waited. The job stays in
+// flight (its buffers in use) and may be waited for again. The destructor lets queued jobs
+// finish and joins the worker; it returns once the backend has answered everything in flight.
 // With tracing on, each job is a span on the track "nvme read" or "nvme write".
-// Buffers belong to the caller and must stay untouched until their job is waited for.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -19,6 +33,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_set>
 #include <vector>
 
 #include "io/file_io.h"
@@ -34,36 +49,50 @@ struct SwapperStats {
 class Swapper {
  public:
   using Ticket = uint64_t;
+  static constexpr double kDefaultTimeoutS = 600;  // parallel.timeout's default
 
-  explicit Swapper(FileIO& io);
-  ~Swapper();  // finishes queued jobs, then stops; errors are logged
+  // timeout_s: how long one wait() or wait_all() may block; in (0, 1e7].
+  explicit Swapper(FileIO& io, double timeout_s = kDefaultTimeoutS);
+  ~Swapper();  // finishes queued jobs, then stops; an error no caller saw is logged
   Swapper(const Swapper&) = delete;
   Swapper& operator=(const Swapper&) = delete;
 
-  Ticket submit(std::vector<IoRequest> requests);
+  Ticket submit(std::vector<IoRequest> requests);  // throws for invalid requests, or if failed
   void wait(Ticket ticket);
   void wait_all();
-  bool done(Ticket ticket);  // never blocks; throws the error if the swapper failed
+  bool done(Ticket ticket);  // never blocks; true once complete (it still needs its wait)
   SwapperStats take_stats();  // and reset them
+  double timeout_s() const { return timeout_s_; }
 
  private:
+  using Clock = std::chrono::steady_clock;
   struct Job {
     std::vector<IoRequest> requests;
     size_t remaining = 0;
     uint64_t read_bytes = 0, write_bytes = 0;
+    Clock::time_point submitted;
     int64_t submitted_us = 0;  // for the trace: one span per job, submit to completion
+    bool failed = false;       // the swapper failed before it completed
   };
   void run();
-  void rethrow_if_failed();  // with mu_ held
+  void finish(const std::vector<IoCompletion>& completions);  // with mu_ held
+  void fail_all(std::exception_ptr error);
+  // With mu_ held: throws unless 0 < ticket < next_.
+  void check_issued(Ticket ticket, const char* where) const;
+  [[noreturn]] void rethrow_error();  // with mu_ held
+  std::string describe(Ticket ticket, const Job& job) const;
 
   FileIO& io_;
+  const double timeout_s_;
+  const Clock::duration timeout_;
   std::mutex mu_;
   std::condition_variable work_cv_, done_cv_;
   std::deque<Ticket> queued_;
-  std::map<Ticket, Job> jobs_;  // queued or in flight
+  std::map<Ticket, Job> jobs_;  // queued, in flight, or failed
   Ticket next_ = 1;
-  std::map<Ticket, bool> finished_;  // done, not yet waited for
+  std::unordered_set<Ticket> finished_;  // complete, not yet waited for
   std::exception_ptr error_;
+  bool error_seen_ = false;  // error_ reached a caller
   bool stop_ = false;
   SwapperStats stats_;
   std::thread worker_;

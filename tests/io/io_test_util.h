@@ -1,12 +1,21 @@
-// tests/io/io_test_util.h — what the io and swap-space tests share: a fresh work directory under
-// the build tree per test, a position-dependent byte pattern, and backends by name.
+// tests/io/io_test_util.h — what the io and offload tests share: a fresh work directory under
+// the build tree per test, a position-dependent byte pattern, backends by name, a bound on how
+// long a call may take, and a seccomp filter that makes the kernel refuse one system call.
 #pragma once
 
 #include <gtest/gtest.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
+#include <sys/prctl.h>
 
+#include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <future>
 #include <memory>
 #include <string>
 
@@ -59,6 +68,35 @@ inline std::unique_ptr<IoBackend> backend_or_skip(const std::string& kind, int d
     *skip_reason = e.what();
     return nullptr;
   }
+}
+
+// Runs fn on a thread of its own and returns what it returns (or throws what it throws). If it
+// has not returned after `seconds`, the test fails and the process aborts: a regression that
+// hangs must fail fast instead of stalling CTest until its timeout.
+template <class Fn>
+auto within(double seconds, Fn&& fn) -> decltype(fn()) {
+  auto result = std::async(std::launch::async, std::forward<Fn>(fn));
+  if (result.wait_for(std::chrono::duration<double>(seconds)) != std::future_status::ready) {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    std::fprintf(stderr, "FAILED: %s.%s: a call did not return within %g s (a hang); aborting\n",
+                 info ? info->test_suite_name() : "?", info ? info->name() : "?", seconds);
+    std::abort();
+  }
+  return result.get();
+}
+
+// From now on this process's calls of system call `nr` fail with `err` (a seccomp filter, as a
+// container policy installs). Permanent: use it in a child process (a death test).
+inline bool refuse_syscall(int nr, int err) {
+  sock_filter filter[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, unsigned(nr), 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (unsigned(err) & SECCOMP_RET_DATA)),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  sock_fprog prog{sizeof(filter) / sizeof(filter[0]), filter};
+  return prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 &&
+         prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) == 0;
 }
 
 }  // namespace strata::test

@@ -21,17 +21,7 @@ namespace strata {
 namespace {
 
 // Refuses io_uring_setup with EPERM (what seccomp profiles of container runtimes do).
-bool refuse_io_uring() {
-  sock_filter filter[] = {
-      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-  };
-  sock_fprog prog{sizeof(filter) / sizeof(filter[0]), filter};
-  return prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 &&
-         prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) == 0;
-}
+bool refuse_io_uring() { return test::refuse_syscall(__NR_io_uring_setup, EPERM); }
 
 // Refuses openat with O_DIRECT with EINVAL (what a file system without direct I/O answers).
 bool refuse_o_direct() {
