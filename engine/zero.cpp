@@ -156,6 +156,7 @@ ZeroOptions zero_options(const Config& cfg) {
   zo.io_queue_depth = cfg.io.queue_depth;
   zo.io_block_size = cfg.io.block_size;
   zo.io_stripe_size = cfg.io.stripe_size;
+  zo.timeout_s = cfg.parallel.timeout;
   return zo;
 }
 
@@ -213,7 +214,7 @@ ZeroEngine::ZeroEngine(const LlamaModel& model, Device& device, Communicator& dp
     so.stripe_bytes = opt_.io_stripe_size;
     so.name = str("rank", dp.rank());
     swap_ = std::make_unique<SwapSpace>(*io_, so);
-    swapper_ = std::make_unique<Swapper>(*io_);
+    swapper_ = std::make_unique<Swapper>(*io_, opt_.timeout_s);
   }
 
   // ---- shards ----
@@ -285,7 +286,9 @@ ZeroEngine::ZeroEngine(const LlamaModel& model, Device& device, Communicator& dp
              chunk_io ? str("12 optimizer chunks of ", format_bytes(chunk_bytes)) : std::string(),
              nvme_params ? str(" + one parameter shard of ", format_bytes(shard * esz)) : std::string(), ")"),
          "raise offload.pinned_mem_limit (0 sizes it as needed) or lower offload.optimizer_chunk");
-  if (chunk_io) chunk_pool_ = std::make_unique<PinnedPool>(device, chunk_need, chunk_bytes, 12, "optimizer chunk");
+  if (chunk_io)
+    chunk_pool_ = std::make_unique<PinnedPool>(device, chunk_need, chunk_bytes, 12, "optimizer chunk",
+                                               opt_.timeout_s);
   if (nvme_params) {
     uint64_t budget = 0;
     if (opt_.pinned_mem_limit) {
@@ -293,7 +296,8 @@ ZeroEngine::ZeroEngine(const LlamaModel& model, Device& device, Communicator& dp
       budget = std::min<uint64_t>(budget, uint64_t(opt_.nvme_prefetch + 1) * shard * esz);
     }
     param_pool_ = std::make_unique<PinnedPool>(device, budget, shard * esz,
-                                               budget ? 1 : opt_.nvme_prefetch + 1, "parameter");
+                                               budget ? 1 : opt_.nvme_prefetch + 1, "parameter",
+                                               opt_.timeout_s);
   }
 
   // ---- zeroed state ----

@@ -68,6 +68,7 @@ struct ZeroOptions {
   uint64_t io_block_size = 1ull << 20;
   uint64_t io_stripe_size = 1ull << 20;
   std::vector<FaultRule> io_faults;
+  double timeout_s = 600;           // parallel.timeout: bound of every swapper and pool wait
 };
 
 // The engine's options from a config (offload, zero, io sections and train.precision).
@@ -206,9 +207,11 @@ class ZeroEngine {
   // NVMe tier
   std::unique_ptr<FileIO> io_;
   std::unique_ptr<SwapSpace> swap_;
-  std::unique_ptr<Swapper> swapper_;
   std::unique_ptr<PinnedPool> param_pool_;  // compute-copy shards read ahead from NVMe
   std::unique_ptr<PinnedPool> chunk_pool_;  // optimizer pipeline chunks
+  // Declared after the pools it reads into and writes from, so it is stopped before they are
+  // freed (the destructor also drains and stops it first).
+  std::unique_ptr<Swapper> swapper_;
   ZeroTraffic traffic_;
 };
 

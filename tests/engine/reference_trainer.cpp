@@ -10,6 +10,7 @@
 #include "engine/data.h"
 #include "engine/model.h"
 #include "kernels/cpu/ref_ops.h"
+#include "kernels/rope_tables.h"
 #include "optimizer/adamw.h"
 #include "optimizer/schedule.h"
 
@@ -121,7 +122,10 @@ class ReferenceLoop {
     const int B = c_.data.micro_batch, T = c_.data.seq_len, N = B * T;
     const int C = m_.dim, V = m_.vocab_size, F = m_.ffn_dim, H = m_.n_heads, KVH = m_.n_kv_heads;
     const int D = m_.head_dim(), HD = H * D, KVD = KVH * D;
-    const float eps = m_.norm_eps, theta = m_.rope_theta;
+    const float eps = m_.norm_eps;
+    // The rotary tables as transformers computes them (kernels/rope_tables.h, itself held
+    // bit-exact against transformers by test_rope_golden).
+    const RopeTables rt = rope_tables(rope_inv_freq(m_.rope(), D), T);
     const std::string embed = "model.embed_tokens.weight";
     const std::string head = m_.tie_embeddings ? embed : "lm_head.weight";
 
@@ -143,8 +147,8 @@ class ReferenceLoop {
       ref::linear_fwd(a.q.data(), a.ln1.data(), w(p + "self_attn.q_proj.weight"), N, C, HD);
       ref::linear_fwd(a.k.data(), a.ln1.data(), w(p + "self_attn.k_proj.weight"), N, C, KVD);
       ref::linear_fwd(a.v.data(), a.ln1.data(), w(p + "self_attn.v_proj.weight"), N, C, KVD);
-      ref::rope_fwd(a.q.data(), B, T, H, D, HD, theta);
-      ref::rope_fwd(a.k.data(), B, T, KVH, D, KVD, theta);
+      ref::rope_fwd(a.q.data(), rt.cos.data(), rt.sin.data(), B, T, H, D, HD);
+      ref::rope_fwd(a.k.data(), rt.cos.data(), rt.sin.data(), B, T, KVH, D, KVD);
       a.att.resize(size_t(N) * HD);
       a.lse.resize(size_t(B) * H * T);
       ref::attention_fwd(a.att.data(), a.lse.data(), a.q.data(), a.k.data(), a.v.data(), B, T, H,
@@ -201,8 +205,8 @@ class ReferenceLoop {
                       w(p + "self_attn.o_proj.weight"), N, HD, C);
       ref::attention_bwd(dq.data(), dk.data(), dv.data(), datt.data(), a.att.data(), a.lse.data(),
                          a.q.data(), a.k.data(), a.v.data(), B, T, H, KVH, D, HD, KVD);
-      ref::rope_bwd(dq.data(), B, T, H, D, HD, theta);
-      ref::rope_bwd(dk.data(), B, T, KVH, D, KVD, theta);
+      ref::rope_bwd(dq.data(), rt.cos.data(), rt.sin.data(), B, T, H, D, HD);
+      ref::rope_bwd(dk.data(), rt.cos.data(), rt.sin.data(), B, T, KVH, D, KVD);
       ref::linear_bwd(dln.data(), g(p + "self_attn.q_proj.weight"), dq.data(), a.ln1.data(),
                       w(p + "self_attn.q_proj.weight"), N, C, HD);
       ref::linear_bwd(tmp.data(), g(p + "self_attn.k_proj.weight"), dk.data(), a.ln1.data(),
