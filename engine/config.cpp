@@ -259,6 +259,16 @@ const std::vector<Key>& keys() {
       {STRATA_CONFIG_KEY(io, stripe_size), Kind::size,
        "bytes per stripe across several nvme_path directories; a multiple of io.block_size",
        at_least(4096)},
+      // [checkpoint]
+      {STRATA_CONFIG_KEY(checkpoint, dir), Kind::string,
+       "root folder of the checkpoints (step_N folders, `latest`); empty = no checkpoints"},
+      {STRATA_CONFIG_KEY(checkpoint, every), Kind::integer,
+       "steps between saves; the last step is saved too", between(1, 1e9)},
+      {STRATA_CONFIG_KEY(checkpoint, keep), Kind::integer,
+       "newest complete checkpoints kept; older ones are removed after each save", between(1, 1e6)},
+      {STRATA_CONFIG_KEY(checkpoint, async), Kind::boolean,
+       "write behind training (the next optimizer step waits only until the save has read the "
+       "states); false: the save completes before the next step starts"},
   };
   return kKeys;
 }
@@ -281,6 +291,7 @@ const std::vector<Section>& sections() {
       {"zero", "the ZeRO-3 gather / reshard schedule"},
       {"parallel", "the process mesh: world = pp x dp x tp"},
       {"io", "asynchronous file I/O for the NVMe tier"},
+      {"checkpoint", "sharded, checksummed checkpoints and resume (docs/checkpoint.md)"},
   };
   return kSections;
 }

@@ -121,6 +121,13 @@ struct IoConfig {
   uint64_t stripe_size = 1ull << 20;  // bytes per stripe across several nvme_path directories
 };
 
+struct CheckpointConfig {
+  std::string dir;     // root folder of the checkpoints; empty: none
+  int every = 1000;    // steps between saves (also saved after the last step)
+  int keep = 3;        // newest complete checkpoints kept
+  bool async = true;   // write behind training (false: the save completes before the next step)
+};
+
 struct Config {
   ModelConfig model;
   DataConfig data;
@@ -131,6 +138,7 @@ struct Config {
   ZeroConfig zero;
   ParallelConfig parallel;
   IoConfig io;
+  CheckpointConfig checkpoint;
 };
 
 // Defaults, then the TOML file (if path is not empty), then each "section.key=value" override.

@@ -17,6 +17,7 @@
 #include "core/size.h"
 #include "core/trace.h"
 #include "core/watchdog.h"
+#include "engine/checkpoint_writer.h"
 #include "engine/comm_nccl.h"
 #include "engine/data.h"
 #include "engine/mesh.h"
@@ -79,6 +80,13 @@ struct Trainer::Impl {
   std::ofstream metrics;
   int rank = 0, dp = 1;
   int64_t steps_done = 0;
+  uint64_t windows_done = 0;  // logical data windows the completed steps read
+  // Checkpoints: the resume source, and the writer (declared after `zero`, so it is destroyed —
+  // and its save in progress finished — before the engine whose states it reads).
+  std::string resume_dir;
+  CheckpointManifest resume_manifest;
+  std::unique_ptr<Communicator> ckpt_comm;
+  std::unique_ptr<CheckpointWriter> writer;
 
   Impl(const Config& c, Communicator& w, TrainerOptions o) : cfg(c), opt(std::move(o)), world(w) {
     validate(cfg);
@@ -90,8 +98,13 @@ struct Trainer::Impl {
     watchdog_set_phase("setup");
     // Files this run writes are opened first, so that a bad path fails before any collective
     // (and, on another rank, ends the job through the caller: see apps/strata/main.cpp).
+    if (!opt.resume.empty()) {
+      resume_dir = resolve_checkpoint(opt.resume);
+      resume_manifest = read_manifest(resume_dir);
+    }
     if (world.rank() == 0 && !cfg.log.metrics.empty()) {
-      metrics.open(cfg.log.metrics, std::ios::out | std::ios::trunc);
+      // A resumed run appends: its lines carry the true step numbers after the earlier ones.
+      metrics.open(cfg.log.metrics, std::ios::out | (resume_dir.empty() ? std::ios::trunc : std::ios::app));
       if (!metrics)
         fail("train::metrics", str("cannot open metrics file '", cfg.log.metrics, "' for writing"),
              "check that the directory exists and is writable (log.metrics)");
@@ -104,7 +117,7 @@ struct Trainer::Impl {
     if (cfg.train.threads > 0)
       threads = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism,
                                                       size_t(cfg.train.threads));
-    if (!opt.init_from.empty()) cfg.model = read_hf_config(opt.init_from);
+    if (!opt.init_from.empty() && opt.resume.empty()) cfg.model = read_hf_config(opt.init_from);
     validate(cfg);
 
     DeviceOptions dopt;
@@ -158,11 +171,25 @@ struct Trainer::Impl {
     zo.adam_isa = opt.adam_isa;
     zo.io_faults = opt.io_faults;
     zero = std::make_unique<ZeroEngine>(*model, *device, *dpc, *compute, *comm, *reduce, zo);
-    if (opt.init_from.empty()) {
+    if (!resume_dir.empty()) {
+      resume_from_checkpoint();
+    } else if (opt.init_from.empty()) {
       zero->init_from_seed(cfg.train.seed);
     } else {
       SafetensorsReader reader(opt.init_from);
       zero->init_from(reader);
+    }
+    if (!cfg.checkpoint.dir.empty()) {
+      ckpt_comm = world.split(0, world.rank());
+      ckpt_comm->set_name("checkpoint");
+      CheckpointWriterOptions wo;
+      wo.root = cfg.checkpoint.dir;
+      wo.keep = cfg.checkpoint.keep;
+      wo.io_backend = cfg.io.backend;
+      wo.io_queue_depth = cfg.io.queue_depth;
+      wo.io_block_size = cfg.io.block_size;
+      wo.hook = opt.checkpoint_hook;
+      writer = std::make_unique<CheckpointWriter>(*ckpt_comm, wo);
     }
 
     train_src = open_tokens(cfg.data.path, cfg.model.vocab_size);
@@ -257,6 +284,7 @@ struct Trainer::Impl {
     StepRecord r;
     r.step = steps_done + 1;
     watchdog_set_step(r.step);
+    if (writer) writer->poll();  // a save that failed ends the run here
     if (opt.before_step) opt.before_step(r.step);
     auto t0 = Clock::now();
     const double waited0 = compute->waited_ms();
@@ -265,7 +293,7 @@ struct Trainer::Impl {
       if (opt.batch_source)
         load(a % 2, [&](int32_t* in, int32_t* tgt) { opt.batch_source(steps_done, a, rank, in, tgt); });
       else
-        load(*train_windows, uint64_t(steps_done) * G + (uint64_t(a) * dp + rank) * B, a % 2);
+        load(*train_windows, windows_done + (uint64_t(a) * dp + rank) * B, a % 2);
       forward_all(!cfg.zero.reshard_after_forward);
       backward_all(dloss);
     }
@@ -292,6 +320,11 @@ struct Trainer::Impl {
     h.beta2 = cfg.train.beta2;
     h.eps = cfg.train.eps;
     h.weight_decay = cfg.train.weight_decay;
+    if (writer) {  // a save in progress must have read master, m and v before they change
+      auto tw = Clock::now();
+      writer->wait_reads();
+      r.checkpoint_stall_ms += ms_since(tw);
+    }
     zero->optimizer_step(h, r.step, clip_coefficient(r.grad_norm, cfg.train.grad_clip),
                          cfg.train.decay_norms);
     zero->zero_grads();
@@ -309,7 +342,61 @@ struct Trainer::Impl {
     if (opt.peak_flops > 0)
       r.mfu = r.tokens_per_s * model->train_flops_per_token(T) / (opt.peak_flops * dp);
     ++steps_done;
+    windows_done += G;
+    if (writer && (r.step % cfg.checkpoint.every == 0 || r.step == cfg.train.steps)) {
+      auto tc = Clock::now();
+      save_checkpoint(r.step);
+      r.checkpoint_stall_ms += ms_since(tc);
+      r.checkpoint_saved = r.step;
+    }
     return r;
+  }
+
+  // Hands this step's states to the writer (synchronously when checkpoint.async = false).
+  void save_checkpoint(int64_t step) {
+    watchdog_set_phase("checkpoint");
+    CheckpointManifest m;
+    m.strata_version = STRATA_VERSION;
+    m.step = step;
+    m.windows_consumed = windows_done;
+    m.precision = std::string(precision_name(cfg.train.precision));
+    m.world = world.size();
+    m.dp = dp;
+    m.tp = mesh.tp;
+    m.pp = mesh.pp;
+    m.config = config_to_json(cfg);
+    m.config_toml = config_to_toml(cfg);
+    m.tensors = checkpoint_tensors(*model);
+    if (world.rank() == 0) m.pieces = checkpoint_pieces(*model, dp);
+    CheckpointSource& source = zero->checkpoint_source();
+    writer->start(std::move(m), checkpoint_blocks(*model, rank), source);
+    if (!cfg.checkpoint.async) writer->wait();
+  }
+
+  // Verifies the checkpoint's files (each rank a share; nobody starts until all are checked),
+  // then loads this rank's shards from it, whatever mesh wrote it.
+  void resume_from_checkpoint() {
+    watchdog_set_phase("resume");
+    const CheckpointManifest& m = resume_manifest;
+    verify_checkpoint_files(resume_dir, m, world.rank(), world.size());
+    double* h = loss_host ? loss_host.as<double>() : nullptr;
+    Buffer flag;
+    if (!h) {
+      flag = device->alloc_host(8, true, "resume barrier");
+      h = flag.as<double>();
+    }
+    h[0] = 1;
+    if (world.size() > 1) {
+      Stream& hs = host_stream ? *host_stream : *comm;
+      world.all_reduce(hs, h, 1, CommType::f64, ReduceOp::sum);  // every rank has verified
+      hs.synchronize();
+    }
+    zero->load_checkpoint(resume_dir, m);
+    steps_done = m.step;
+    windows_done = m.windows_consumed;
+    if (world.rank() == 0)
+      log_info("checkpoint", "resuming from ", resume_dir, " (step ", m.step, ", written by ", m.world,
+               " rank(s)); training continues to step ", cfg.train.steps);
   }
 
   bool logged_step(int64_t step) const {
@@ -385,6 +472,16 @@ struct Trainer::Impl {
             {"wait_ms", r.traffic.nvme_wait_ms}}},
           {"links", {{"h2d_bytes", r.traffic.h2d_bytes}, {"d2h_bytes", r.traffic.d2h_bytes}}},
       };
+      if (writer) {
+        const CheckpointStats cs = writer->last_stats();
+        j["checkpoint"] = {{"stall_ms", r.checkpoint_stall_ms},
+                           {"saved_step", r.checkpoint_saved},
+                           {"last_step", cs.step},
+                           {"last_bytes", cs.bytes},
+                           {"last_write_ms", cs.write_ms},
+                           {"last_write_gbps", cs.write_ms > 0 ? double(cs.bytes) / (cs.write_ms * 1e6) : 0.0},
+                           {"last_commit_ms", cs.commit_ms}};
+      }
       metrics << j.dump() << '\n';
       metrics.flush();
     }
@@ -471,18 +568,21 @@ TrainSummary Trainer::train() {
   lr.min_ratio = m.cfg.train.min_lr_ratio;
   auto t0 = Clock::now();
   double timed_ms = 0, timed_tokens = 0;
-  for (int i = 0; i < m.cfg.train.steps; ++i) {
-    m.trace_step_begin(i + 1);
+  const int64_t first = m.steps_done;  // > 0 when resumed
+  while (m.steps_done < m.cfg.train.steps) {
+    const int64_t i = m.steps_done - first;
+    m.trace_step_begin(m.steps_done + 1);
     StepRecord r = m.step(lr);
     m.trace_step_end(r.step);
     s.losses.push_back(r.loss);
-    if (i > 0 || m.cfg.train.steps == 1) {
+    if (i > 0 || m.cfg.train.steps - first == 1) {
       timed_ms += r.step_ms;
       timed_tokens += r.tokens_per_s * r.step_ms / 1000.0;
     }
     m.log_step(r);
     if (m.opt.on_step) m.opt.on_step(r);
   }
+  if (m.writer) m.writer->wait();  // every save is committed before the run reports
   s.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   s.tokens_per_s = timed_ms > 0 ? timed_tokens / (timed_ms / 1000.0) : 0;
   if (m.opt.peak_flops > 0)

@@ -17,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/checkpoint.h"
 #include "engine/comm.h"
 #include "engine/config.h"
 #include "engine/zero.h"
@@ -39,6 +40,10 @@ struct StepRecord {
   uint64_t device_peak_bytes = 0;  // largest over ranks (filled on logged steps)
   double tokens_per_s = 0;
   double mfu = 0;
+  // Checkpoints: time this step's thread spent on saves (starting one, waiting for the previous
+  // one or for a save to read the states before the optimizer step); the step it saved, or -1.
+  double checkpoint_stall_ms = 0;
+  int64_t checkpoint_saved = -1;
 };
 
 struct TrainSummary {
@@ -54,6 +59,10 @@ struct TrainSummary {
 
 struct TrainerOptions {
   std::string init_from;        // Hugging Face directory; empty = initialize from train.seed
+  // A checkpoint to continue from: a checkpoint.dir root (its newest complete checkpoint) or
+  // one step_N folder. The run continues to train.steps; init_from is then ignored.
+  std::string resume;
+  CheckpointHook checkpoint_hook;  // fault tests: called at each phase of a save
   double peak_flops = 0;        // denominator of MFU; 0 = no MFU
   bool progress = true;         // progress line / log lines on stderr (rank 0)
   CpuOpsMode cpu_ops = CpuOpsMode::fast;  // the scalar reference ops instead (tests)

@@ -40,6 +40,8 @@
 namespace strata {
 
 class SafetensorsReader;
+class CheckpointSource;
+struct CheckpointManifest;
 class FileIO;
 class SwapSpace;
 class Swapper;
@@ -154,6 +156,17 @@ class ZeroEngine {
   // Writes the model as Hugging Face tensors (rank 0 writes; collective, unit by unit).
   void save(const std::string& dir, DType dtype);
 
+  // ---- checkpoints (engine/zero_checkpoint.cpp; the format is engine/checkpoint.h) ----
+  // Where a save reads this rank's master, m and v blocks from: their own memory when the host
+  // can address it, a pinned snapshot of device-resident states otherwise (taken here), or NVMe
+  // through the swapper (from the writer's thread). Synchronizes the streams. Valid until the
+  // next call; the states must not change until the save has read them (see
+  // CheckpointWriter::wait_reads).
+  CheckpointSource& checkpoint_source();
+  // Fills this rank's master, m and v from a checkpoint written by any mesh (global tensor
+  // ranges) and refreshes the compute copy; tensors must match the model's names and shapes.
+  void load_checkpoint(const std::string& step_dir, const CheckpointManifest& manifest);
+
   ZeroMemory memory() const;
   ZeroTraffic take_traffic();
   int dp_size() const { return dp_.size(); }
@@ -163,6 +176,8 @@ class ZeroEngine {
   struct Unit;
   struct Slot;
   struct ChunkSet;
+  class Source;
+  friend class Source;
 
   Slot& take_slot(std::vector<Slot>& pool, int u, const char* what);
   // A break of the gather protocol: an Error naming the unit, its state and slots (never a wait).
@@ -213,6 +228,7 @@ class ZeroEngine {
   // freed (the destructor also drains and stops it first).
   std::unique_ptr<Swapper> swapper_;
   ZeroTraffic traffic_;
+  std::unique_ptr<Source> checkpoint_source_;
 };
 
 }  // namespace strata

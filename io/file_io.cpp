@@ -272,6 +272,15 @@ void FileIO::close(int file) {
   f.open = false;
 }
 
+void FileIO::sync(int file) {
+  OpenFile& f = checked_file(state_->files, file, "io::sync");
+  for (Member& m : f.members)
+    if (::fsync(m.fd.get()) != 0)
+      fail("io::sync", str("fsync of '", m.path, "' failed: ", errno_string(errno)),
+           errno == ENOSPC || errno == EDQUOT ? "free space on that file system"
+                                              : "check the device (dmesg) and the file system");
+}
+
 Alignment FileIO::alignment(int file) const {
   return checked_file(state_->files, file, "io::alignment").alignment;
 }

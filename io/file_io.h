@@ -113,6 +113,9 @@ class FileIO {
 
   int open(const FileSpec& spec);  // opens and registers; returns the file id
   void close(int file);            // nothing may be pending
+  // Makes the file's data and size durable (fsync of every member); call after the writes to it
+  // have completed. An Error names the path and the system's reason.
+  void sync(int file);
   Alignment alignment(int file) const;
   bool file_direct(int file) const;  // opened with O_DIRECT
   const std::string& describe(int file) const;  // its path, or "a + b (stripe 1M)"

@@ -16,17 +16,19 @@ namespace {
 
 struct TrainArgs {
   ConfigArgs config;
+  std::string resume;
   std::string out;
   std::string out_dtype = "f32";
 };
 
 void run_train(const TrainArgs& a) {
-  Config cfg = load(a.config);
+  Config cfg = a.resume.empty() ? load(a.config) : load_for_resume(a.config, a.resume);
   auto world = make_world();
   std::unique_ptr<Trainer> trainer;  // outlives the catch below: see end_job_if_peers
   try {
     TrainerOptions opt;
     opt.init_from = a.config.init_from;
+    opt.resume = a.resume;
     opt.peak_flops = cfg.log.peak_flops;
     if (opt.peak_flops <= 0) opt.peak_flops = measure_gemm_flops(0.3);
     if (!a.out.empty()) parse_dtype(a.out_dtype);  // fail before training, not after
@@ -69,6 +71,10 @@ void register_train(CLI::App& app) {
   auto args = std::make_shared<TrainArgs>();
   CLI::App* cmd = app.add_subcommand("train", "train a model (no arguments: the built-in default)");
   add_config_options(*cmd, args->config);
+  cmd->add_option("--resume", args->resume,
+                  "continue from a checkpoint: the checkpoint.dir root (its newest complete "
+                  "checkpoint) or one step_N folder; the config is the checkpoint's unless --config "
+                  "is given, with --set applied on top");
   cmd->add_option("--out,-o", args->out, "write the final weights (Hugging Face safetensors + config.json) here");
   cmd->add_option("--out-dtype", args->out_dtype, "dtype of the written weights: f32, bf16 or f16");
   cmd->callback([args] { run_train(*args); });

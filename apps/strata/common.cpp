@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "engine/checkpoint.h"
 #include "engine/comm_registry.h"
 
 namespace strata::app {
@@ -20,6 +21,16 @@ void add_config_options(CLI::App& cmd, ConfigArgs& args) {
 }
 
 Config load(const ConfigArgs& args) { return load_config(args.config_path, args.sets); }
+
+Config load_for_resume(const ConfigArgs& args, const std::string& resume) {
+  if (!args.init_from.empty())
+    fail("train::resume", "--init-from and --resume both give the starting weights",
+         "drop --init-from: a resumed run continues from the checkpoint's weights and optimizer state");
+  if (!args.config_path.empty()) return load_config(args.config_path, args.sets);
+  const std::string dir = resolve_checkpoint(resume);
+  const CheckpointManifest m = read_manifest(dir);
+  return parse_config(m.config_toml, dir + "/manifest.json (config_toml)", args.sets);
+}
 
 std::unique_ptr<Communicator> make_world() { return make_world_communicator(); }
 

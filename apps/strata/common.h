@@ -23,6 +23,9 @@ struct ConfigArgs {
 // Adds --config, --set (repeatable) and --init-from to a subcommand.
 void add_config_options(CLI::App& cmd, ConfigArgs& args);
 Config load(const ConfigArgs& args);
+// The config of `strata train --resume DIR`: --config when given, else the one the checkpoint
+// was written with; --set overrides on top. (--init-from is refused: the weights come from DIR.)
+Config load_for_resume(const ConfigArgs& args, const std::string& resume);
 // Solo for a single process; MPI when launched by mpirun.
 std::unique_ptr<Communicator> make_world();
 

@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   strata::app::register_info(app);
   strata::app::register_config(app);
   strata::app::register_plan(app);
+  strata::app::register_checkpoint(app);
   CLI::App* bench = app.add_subcommand("bench", "benchmarks (validate, then time; --json for JSON)");
   bench->require_subcommand(1);
   strata::app::register_bench_gemm(*bench);

@@ -1,0 +1,499 @@
+// engine/checkpoint.cpp — the checkpoint format: the manifest, each rank's file layout, the
+// pieces table, finding the checkpoint to resume, the commit protocol and verification.
+#include "engine/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "engine/file_util.h"
+#include "engine/model.h"
+#include "engine/safetensors.h"
+#include "core/dtype.h"
+
+namespace strata {
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kManifest = "manifest.json";
+constexpr const char* kLatest = "latest";
+constexpr const char* kFormat = "strata-checkpoint";
+
+// fsync of a directory, so a rename or a new entry in it is durable.
+void sync_dir(const std::string& dir, const char* where) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) fail(where, str("cannot open folder '", dir, "' to fsync it: ", std::strerror(errno)));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) fail(where, str("fsync of folder '", dir, "' failed: ", std::strerror(err)));
+}
+
+// step_N → N; -1 for any other name (step_N.tmp included).
+int64_t step_of(const std::string& name) {
+  if (name.rfind("step_", 0) != 0 || name.size() == 5) return -1;
+  int64_t v = -1;
+  const char* b = name.data() + 5;
+  const char* e = name.data() + name.size();
+  auto [p, ec] = std::from_chars(b, e, v);
+  if (ec != std::errc() || p != e || v < 0) return -1;
+  return v;
+}
+
+int64_t tmp_step_of(const std::string& name) {
+  const std::string suffix = ".tmp";
+  if (name.size() <= suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+    return -1;
+  return step_of(name.substr(0, name.size() - suffix.size()));
+}
+
+[[noreturn]] void bad_manifest(const std::string& where, const std::string& what) {
+  fail("checkpoint::manifest", str(where, ": ", what),
+       "the manifest was not written by this version of strata, or it was edited; checkpoints "
+       "are written by `strata train` with checkpoint.dir set");
+}
+
+}  // namespace
+
+const char* checkpoint_state_name(int state) {
+  static const char* names[kCheckpointStates] = {"master", "m", "v"};
+  return state >= 0 && state < kCheckpointStates ? names[state] : "?";
+}
+
+uint64_t CheckpointTensor::numel() const {
+  uint64_t n = 1;
+  for (int64_t d : shape) n *= uint64_t(d);
+  return n;
+}
+
+std::string hash_hex(uint64_t h) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+nlohmann::json CheckpointManifest::to_json() const {
+  nlohmann::json j;
+  j["format"] = kFormat;
+  j["version"] = version;
+  j["strata_version"] = strata_version;
+  j["step"] = step;
+  j["windows_consumed"] = windows_consumed;
+  j["precision"] = precision;
+  j["mesh"] = {{"world", world}, {"dp", dp}, {"tp", tp}, {"pp", pp}};
+  j["config"] = config;
+  j["config_toml"] = config_toml;
+  j["states"] = nlohmann::json::array();
+  for (int s = 0; s < kCheckpointStates; ++s) j["states"].push_back(checkpoint_state_name(s));
+  nlohmann::json ts = nlohmann::json::array();
+  std::map<std::string, size_t> index;
+  for (const auto& t : tensors) {
+    index[t.name] = ts.size();
+    ts.push_back({{"name", t.name}, {"shape", t.shape}, {"dtype", "f32"}, {"pieces", nlohmann::json::array()}});
+  }
+  for (const auto& p : pieces) {
+    auto it = index.find(p.tensor);
+    STRATA_CHECK(it != index.end(), "checkpoint::manifest", "piece of unknown tensor ", p.tensor);
+    ts[it->second]["pieces"].push_back({{"state", checkpoint_state_name(p.state)}, {"file", p.file},
+                                        {"offset", p.offset}, {"start", p.start}, {"count", p.count}});
+  }
+  j["tensors"] = std::move(ts);
+  nlohmann::json fs_ = nlohmann::json::array();
+  for (const auto& f : files) fs_.push_back({{"name", f.name}, {"bytes", f.bytes}, {"xxh64", hash_hex(f.xxh64)}});
+  j["files"] = std::move(fs_);
+  return j;
+}
+
+CheckpointManifest CheckpointManifest::from_json(const nlohmann::json& j, const std::string& where) {
+  CheckpointManifest m;
+  try {
+    if (!j.is_object() || j.value("format", std::string()) != kFormat)
+      bad_manifest(where, str("not a strata checkpoint manifest (\"format\" is not \"", kFormat, "\")"));
+    m.version = j.at("version").get<int>();
+    if (m.version != kCheckpointVersion)
+      bad_manifest(where, str("format version ", m.version, "; this strata reads version ", kCheckpointVersion));
+    m.strata_version = j.at("strata_version").get<std::string>();
+    m.step = j.at("step").get<int64_t>();
+    m.windows_consumed = j.at("windows_consumed").get<uint64_t>();
+    m.precision = j.at("precision").get<std::string>();
+    const auto& mesh = j.at("mesh");
+    m.world = mesh.at("world").get<int>();
+    m.dp = mesh.at("dp").get<int>();
+    m.tp = mesh.at("tp").get<int>();
+    m.pp = mesh.at("pp").get<int>();
+    m.config = j.at("config");
+    m.config_toml = j.at("config_toml").get<std::string>();
+    if (m.step < 0) bad_manifest(where, str("step ", m.step, " is negative"));
+    std::map<std::string, uint64_t> file_bytes;
+    for (const auto& f : j.at("files")) {
+      CheckpointFile cf;
+      cf.name = f.at("name").get<std::string>();
+      cf.bytes = f.at("bytes").get<uint64_t>();
+      const std::string hex = f.at("xxh64").get<std::string>();
+      auto [p, ec] = std::from_chars(hex.data(), hex.data() + hex.size(), cf.xxh64, 16);
+      if (ec != std::errc() || p != hex.data() + hex.size() || hex.size() != 16)
+        bad_manifest(where, str("file '", cf.name, "': xxh64 '", hex, "' is not 16 hex digits"));
+      if (cf.name.empty() || cf.name.find('/') != std::string::npos || cf.name[0] == '.')
+        bad_manifest(where, str("file name '", cf.name, "' is not a plain name inside the folder"));
+      file_bytes[cf.name] = cf.bytes;
+      m.files.push_back(cf);
+    }
+    for (const auto& t : j.at("tensors")) {
+      CheckpointTensor ct;
+      ct.name = t.at("name").get<std::string>();
+      ct.shape = t.at("shape").get<std::vector<int64_t>>();
+      uint64_t numel = 1;
+      for (int64_t d : ct.shape) {
+        if (d < 1 || uint64_t(d) > (uint64_t(1) << 40) / numel)
+          bad_manifest(where, str("tensor '", ct.name, "' has an impossible shape"));
+        numel *= uint64_t(d);
+      }
+      for (const auto& p : t.at("pieces")) {
+        CheckpointPiece cp;
+        cp.tensor = ct.name;
+        const std::string state = p.at("state").get<std::string>();
+        cp.state = -1;
+        for (int s = 0; s < kCheckpointStates; ++s)
+          if (state == checkpoint_state_name(s)) cp.state = s;
+        if (cp.state < 0) bad_manifest(where, str("tensor '", ct.name, "': unknown state '", state, "'"));
+        cp.file = p.at("file").get<std::string>();
+        cp.offset = p.at("offset").get<uint64_t>();
+        cp.start = p.at("start").get<uint64_t>();
+        cp.count = p.at("count").get<uint64_t>();
+        auto f = file_bytes.find(cp.file);
+        if (f == file_bytes.end())
+          bad_manifest(where, str("tensor '", ct.name, "': piece in unlisted file '", cp.file, "'"));
+        if (cp.count == 0 || cp.start > numel || cp.count > numel - cp.start ||
+            cp.offset > f->second || cp.count > (f->second - cp.offset) / 4)
+          bad_manifest(where, str("tensor '", ct.name, "': piece [", cp.start, ", +", cp.count,
+                                  ") at offset ", cp.offset, " of '", cp.file, "' lies outside the tensor or the file"));
+        m.pieces.push_back(cp);
+      }
+      m.tensors.push_back(std::move(ct));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    bad_manifest(where, str("malformed: ", e.what()));
+  }
+  // Every element of every tensor's every state is covered exactly once.
+  std::map<std::pair<std::string, int>, std::vector<std::pair<uint64_t, uint64_t>>> cover;
+  for (const auto& p : m.pieces) cover[{p.tensor, p.state}].push_back({p.start, p.count});
+  for (const auto& t : m.tensors)
+    for (int s = 0; s < kCheckpointStates; ++s) {
+      auto& v = cover[{t.name, s}];
+      std::sort(v.begin(), v.end());
+      uint64_t at = 0;
+      for (auto [start, count] : v) {
+        if (start != at)
+          bad_manifest(where, str("tensor '", t.name, "' state ", checkpoint_state_name(s), ": elements from ",
+                                  std::min(start, at), " are ", start > at ? "missing" : "stored twice"));
+        at = start + count;
+      }
+      if (at != t.numel())
+        bad_manifest(where, str("tensor '", t.name, "' state ", checkpoint_state_name(s), ": ",
+                                t.numel() - at, " elements at the end are missing"));
+    }
+  return m;
+}
+
+// ---- data files ----
+
+std::string checkpoint_rank_file(int rank) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "rank_%05d.bin", rank);
+  return buf;
+}
+
+std::vector<CheckpointBlock> checkpoint_blocks(const LlamaModel& model, int rank) {
+  std::vector<CheckpointBlock> blocks;
+  uint64_t at = 0;
+  for (int u = 0; u < model.num_units(); ++u) {
+    const FlatLayout& L = model.unit(u).layout;
+    const uint64_t n = L.shard_numel();
+    for (int s = 0; s < kCheckpointStates; ++s) {
+      blocks.push_back(CheckpointBlock{u, s, at, uint64_t(rank) * n, n});
+      at += n * 4;  // a multiple of 8 KiB: shards are multiples of kShardAlignElems
+    }
+  }
+  return blocks;
+}
+
+uint64_t checkpoint_file_bytes(const LlamaModel& model, int rank) {
+  uint64_t b = 0;
+  for (const auto& blk : checkpoint_blocks(model, rank)) b += blk.shard_numel * 4;
+  return b;
+}
+
+std::vector<CheckpointPiece> checkpoint_pieces(const LlamaModel& model, int dp) {
+  std::vector<CheckpointPiece> pieces;
+  for (int r = 0; r < dp; ++r) {
+    const std::string file = checkpoint_rank_file(r);
+    for (const auto& blk : checkpoint_blocks(model, r)) {
+      const FlatLayout& L = model.unit(blk.unit).layout;
+      const uint64_t lo = blk.shard_begin, hi = blk.shard_begin + blk.shard_numel;
+      for (const auto& v : L.views()) {
+        const uint64_t a = std::max<uint64_t>(lo, v.offset), b = std::min<uint64_t>(hi, v.offset + v.numel);
+        if (a >= b) continue;
+        pieces.push_back(CheckpointPiece{v.name, blk.state, file, blk.file_offset + (a - lo) * 4,
+                                         a - v.offset, b - a});
+      }
+    }
+  }
+  return pieces;
+}
+
+std::vector<CheckpointTensor> checkpoint_tensors(const LlamaModel& model) {
+  std::vector<CheckpointTensor> out;
+  for (const auto& u : model.units())
+    for (const auto& v : u.layout.views()) out.push_back(CheckpointTensor{v.name, v.shape});
+  return out;
+}
+
+// ---- folders ----
+
+std::string checkpoint_step_name(int64_t step) { return str("step_", step); }
+
+std::vector<std::pair<int64_t, std::string>> complete_checkpoints(const std::string& root) {
+  std::vector<std::pair<int64_t, std::string>> out;
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return out;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const std::string name = e.path().filename().string();
+    const int64_t s = step_of(name);
+    if (s >= 0 && fs::is_regular_file(e.path() / kManifest, ec)) out.push_back({s, e.path().string()});
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string resolve_checkpoint(const std::string& dir) {
+  std::error_code ec;
+  if (fs::is_regular_file(fs::path(dir) / kManifest, ec)) return dir;
+  if (!fs::is_directory(dir, ec))
+    fail("checkpoint::resume", str("'", dir, "' is not a folder"),
+         "pass the checkpoint root (checkpoint.dir) or one of its step_N folders");
+  auto all = complete_checkpoints(dir);
+  if (all.empty())
+    fail("checkpoint::resume",
+         str("'", dir, "' holds no complete checkpoint (no step_N folder with a manifest.json)"),
+         "a checkpoint is complete once its manifest is written; step_N.tmp folders are "
+         "unfinished saves and are never loaded");
+  const std::string newest = all.back().second;
+  // `latest` names the newest commit; a newer complete folder (the pointer not yet moved when
+  // the writer stopped) wins, and a pointer to a folder that is gone is ignored.
+  const fs::path latest = fs::path(dir) / kLatest;
+  if (fs::is_regular_file(latest, ec)) {
+    std::string name = fileutil::read_file(latest.string(), "checkpoint::resume");
+    while (!name.empty() && (name.back() == '\n' || name.back() == '\r')) name.pop_back();
+    const int64_t s = step_of(name);
+    if (s > all.back().first && !fs::is_regular_file(fs::path(dir) / name / kManifest, ec))
+      log_warn("checkpoint", "'", latest.string(), "' names ", name, ", which is not complete; using ", newest);
+  }
+  return newest;
+}
+
+CheckpointManifest read_manifest(const std::string& step_dir) {
+  const std::string path = (fs::path(step_dir) / kManifest).string();
+  const std::string text = fileutil::read_file(path, "checkpoint::manifest");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    fail("checkpoint::manifest", str(path, ": not valid JSON: ", e.what()),
+         "the manifest is written last and atomically; a damaged one means the folder was "
+         "changed after the save");
+  }
+  return CheckpointManifest::from_json(j, path);
+}
+
+void commit_checkpoint(const std::string& root, const CheckpointManifest& manifest, int keep,
+                       const CheckpointHook& hook) {
+  constexpr const char* where = "checkpoint::commit";
+  const std::string name = checkpoint_step_name(manifest.step);
+  const std::string tmp = (fs::path(root) / (name + ".tmp")).string();
+  const std::string final_dir = (fs::path(root) / name).string();
+  if (hook) hook("manifest", manifest.step);
+  fileutil::write_file_atomic((fs::path(tmp) / kManifest).string(), manifest.to_json().dump(1), where);
+  sync_dir(tmp, where);
+  if (hook) hook("rename", manifest.step);
+  std::error_code ec;
+  if (fs::exists(final_dir, ec)) fs::remove_all(final_dir, ec);  // a step saved again (resumed run)
+  fs::rename(tmp, final_dir, ec);
+  if (ec) fail(where, str("cannot rename '", tmp, "' to '", final_dir, "': ", ec.message()));
+  sync_dir(root, where);
+  if (hook) hook("latest", manifest.step);
+  fileutil::write_file_atomic((fs::path(root) / kLatest).string(), name + "\n", where);
+  // Prune: the newest `keep` complete checkpoints stay; so does every folder being written
+  // (a .tmp of a later step); stale .tmp folders of earlier steps are leftovers of a crash.
+  auto all = complete_checkpoints(root);
+  const size_t kept = size_t(std::max(keep, 1));
+  for (size_t i = 0; i + kept < all.size(); ++i) {
+    if (all[i].first >= manifest.step) continue;
+    fs::remove_all(all[i].second, ec);
+    if (ec) log_warn("checkpoint", "cannot remove old checkpoint '", all[i].second, "': ", ec.message());
+  }
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const int64_t s = tmp_step_of(e.path().filename().string());
+    if (s >= 0 && s < manifest.step) fs::remove_all(e.path(), ec);
+  }
+  sync_dir(root, where);
+}
+
+uint64_t checkpoint_file_hash(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail("checkpoint::verify", str("cannot open '", path, "': ", std::strerror(errno)));
+  std::unique_ptr<XXH64_state_t, decltype(&XXH64_freeState)> st(XXH64_createState(), &XXH64_freeState);
+  XXH64_reset(st.get(), 0);
+  std::vector<char> buf(8u << 20);
+  for (;;) {
+    ssize_t n = ::read(fd, buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      fail("checkpoint::verify", str("read of '", path, "' failed: ", std::strerror(err)));
+    }
+    if (n == 0) break;
+    XXH64_update(st.get(), buf.data(), size_t(n));
+  }
+  ::close(fd);
+  return XXH64_digest(st.get());
+}
+
+void verify_checkpoint_files(const std::string& step_dir, const CheckpointManifest& manifest,
+                             int rank, int ranks) {
+  for (size_t i = 0; i < manifest.files.size(); ++i) {
+    if (int(i % size_t(ranks)) != rank) continue;
+    const CheckpointFile& f = manifest.files[i];
+    const std::string path = (fs::path(step_dir) / f.name).string();
+    std::error_code ec;
+    const uint64_t size = fs::file_size(path, ec);
+    if (ec)
+      fail("checkpoint::verify", str("'", path, "' listed in the manifest cannot be read: ", ec.message()),
+           "the checkpoint folder is incomplete; resume from an earlier step_N folder");
+    if (size != f.bytes)
+      fail("checkpoint::verify", str("'", path, "' holds ", size, " bytes; the manifest says ", f.bytes),
+           "the file was truncated or changed after the save; resume from an earlier step_N folder");
+    const uint64_t h = checkpoint_file_hash(path);
+    if (h != f.xxh64)
+      fail("checkpoint::verify",
+           str("'", path, "' is damaged: its xxHash64 is ", hash_hex(h), " but the manifest recorded ",
+               hash_hex(f.xxh64)),
+           "the file changed after the save (disk or copy error); resume from an earlier step_N "
+           "folder, which the run will not do by itself");
+  }
+}
+
+// ---- reading ----
+
+CheckpointReader::CheckpointReader(std::string step_dir, const CheckpointManifest& manifest)
+    : dir_(std::move(step_dir)), manifest_(manifest) {
+  for (size_t i = 0; i < manifest_.tensors.size(); ++i) tensors_[manifest_.tensors[i].name] = i;
+  for (const auto& p : manifest_.pieces) pieces_[{p.tensor, p.state}].push_back(&p);
+  for (auto& [key, v] : pieces_)
+    std::sort(v.begin(), v.end(), [](const CheckpointPiece* a, const CheckpointPiece* b) { return a->start < b->start; });
+}
+
+CheckpointReader::~CheckpointReader() {
+  for (auto& [name, f] : fds_) ::close(f);
+}
+
+const CheckpointTensor& CheckpointReader::tensor(const std::string& name) const {
+  auto it = tensors_.find(name);
+  if (it == tensors_.end())
+    fail("checkpoint::read", str("the checkpoint in '", dir_, "' has no tensor '", name, "'"),
+         "it was written for another model; compare `strata checkpoint inspect` with the config");
+  return manifest_.tensors[it->second];
+}
+
+int CheckpointReader::fd(const std::string& file) {
+  auto it = fds_.find(file);
+  if (it != fds_.end()) return it->second;
+  const std::string path = (fs::path(dir_) / file).string();
+  int f = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (f < 0) fail("checkpoint::read", str("cannot open '", path, "': ", std::strerror(errno)));
+  fds_[file] = f;
+  return f;
+}
+
+void CheckpointReader::read(const std::string& name, int state, uint64_t start, uint64_t count, float* out) {
+  const CheckpointTensor& t = tensor(name);
+  if (start > t.numel() || count > t.numel() - start)
+    fail("checkpoint::read", str("elements [", start, ", +", count, ") of '", name, "' are outside its ",
+                                 t.numel()));
+  const auto& v = pieces_[{name, state}];
+  uint64_t at = start;
+  const uint64_t end = start + count;
+  auto it = std::upper_bound(v.begin(), v.end(), at,
+                             [](uint64_t x, const CheckpointPiece* p) { return x < p->start; });
+  if (it != v.begin()) --it;
+  for (; at < end && it != v.end(); ++it) {
+    const CheckpointPiece& p = **it;
+    if (p.start + p.count <= at) continue;
+    if (p.start > at) break;
+    const uint64_t n = std::min(end, p.start + p.count) - at;
+    char* dst = reinterpret_cast<char*>(out + (at - start));
+    uint64_t left = n * 4, off = p.offset + (at - p.start) * 4;
+    const int f = fd(p.file);
+    while (left > 0) {
+      ssize_t r = ::pread(f, dst, left, off_t(off));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0)
+        fail("checkpoint::read", str("read of ", left, " bytes at offset ", off, " of '", dir_, "/",
+                                     p.file, "' failed: ", r < 0 ? std::strerror(errno) : "end of file"));
+      dst += r;
+      left -= uint64_t(r);
+      off += uint64_t(r);
+    }
+    at += n;
+  }
+  if (at != end)
+    fail("checkpoint::read", str("elements from ", at, " of '", name, "' (", checkpoint_state_name(state),
+                                 ") are in no piece of the manifest"));
+}
+
+void export_checkpoint(const std::string& step_dir, const CheckpointManifest& manifest,
+                       const ModelConfig& model_config, const std::string& out_dir, DType dtype) {
+  verify_checkpoint_files(step_dir, manifest, 0, 1);
+  LlamaModel model(model_config, 1);
+  CheckpointReader reader(step_dir, manifest);
+  std::vector<TensorInfo> infos;
+  const StDType st = dtype == DType::bf16 ? StDType::bf16 : dtype == DType::f16 ? StDType::f16 : StDType::f32;
+  size_t views = 0;
+  for (const auto& unit : model.units())
+    for (const auto& v : unit.layout.views()) {
+      ++views;
+      if (reader.tensor(v.name).shape != v.shape)
+        fail("checkpoint::export", str("tensor '", v.name, "' has another shape in the checkpoint than the "
+                                       "model of its config"));
+      infos.push_back(TensorInfo{v.name, st, v.shape});
+    }
+  if (views != manifest.tensors.size())
+    fail("checkpoint::export", str("the checkpoint holds ", manifest.tensors.size(), " tensors; its config's model has ", views));
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  if (ec) fail("checkpoint::export", str("cannot create '", out_dir, "': ", ec.message()));
+  write_hf_config(out_dir, model_config, dtype);
+  SafetensorsWriter writer((fs::path(out_dir) / "model.safetensors").string(), infos,
+                           std::map<std::string, std::string>{{"format", "pt"}});
+  std::vector<float> values;
+  for (const auto& unit : model.units())
+    for (const auto& v : unit.layout.views()) {
+      values.resize(v.numel);
+      reader.read(v.name, 0, 0, v.numel, values.data());
+      writer.write_f32(v.name, values.data(), int64_t(v.numel));
+    }
+  writer.finish();
+}
+
+}  // namespace strata

@@ -1,0 +1,152 @@
+// engine/checkpoint.h — strata's checkpoint format and its commit protocol (docs/checkpoint.md).
+//
+// A checkpoint is a folder ROOT/step_N holding one data file per rank (rank_00000.bin, ...)
+// and manifest.json, written last. Tensors are stored by Hugging Face name and global element
+// ranges of the row-major tensor ("pieces"), so the format does not depend on the mesh: any
+// number of ranks can load it, each reading the ranges it owns. The manifest lists every file
+// with its size and xxHash64. Commit: write into step_N.tmp/, fsync each file, write and fsync
+// the manifest, fsync the folder, rename it to step_N/, fsync ROOT, then atomically replace
+// ROOT/latest. This file does no device or engine work; the ZeRO engine fills the files and
+// the trainer drives the protocol (engine/checkpoint_writer.h).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace strata {
+
+class LlamaModel;
+struct ModelConfig;
+enum class DType : uint8_t;
+
+inline constexpr int kCheckpointVersion = 1;
+inline constexpr int kCheckpointStates = 3;  // master, m, v (f32 each)
+const char* checkpoint_state_name(int state);  // "master", "m", "v"
+
+// Elements [start, start + count) of tensor `tensor`'s state `state`, row-major, stored as f32
+// at byte `offset` of `file`.
+struct CheckpointPiece {
+  std::string tensor;
+  int state = 0;
+  std::string file;
+  uint64_t offset = 0;
+  uint64_t start = 0;
+  uint64_t count = 0;
+};
+
+struct CheckpointFile {
+  std::string name;
+  uint64_t bytes = 0;
+  uint64_t xxh64 = 0;
+};
+
+struct CheckpointTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  uint64_t numel() const;
+};
+
+struct CheckpointManifest {
+  int version = kCheckpointVersion;
+  std::string strata_version;
+  int64_t step = 0;                 // steps completed; the run resumes at step + 1
+  uint64_t windows_consumed = 0;    // logical data windows the completed steps read
+  std::string precision;            // "fp32" | "bf16": the compute copy (rebuilt from master)
+  int world = 1, dp = 1, tp = 1, pp = 1;
+  nlohmann::json config;            // the effective config (strata config --json)
+  std::string config_toml;          // the same as TOML: what `--resume` starts from
+  std::vector<CheckpointTensor> tensors;
+  std::vector<CheckpointPiece> pieces;
+  std::vector<CheckpointFile> files;
+
+  nlohmann::json to_json() const;
+  // Checks the structure (version, types, pieces inside their tensors and files); `where` names
+  // the manifest's path in errors.
+  static CheckpointManifest from_json(const nlohmann::json& j, const std::string& where);
+};
+
+// ---- one rank's data file ----
+
+// One (unit, state) shard of a rank in its data file: elements [shard_begin, shard_begin +
+// shard_numel) of the unit's flat layout (padding included), f32, at `file_offset` (a multiple
+// of 4096; blocks follow one another, unit by unit, master, m, v).
+struct CheckpointBlock {
+  int unit = 0;
+  int state = 0;
+  uint64_t file_offset = 0;
+  uint64_t shard_begin = 0;
+  uint64_t shard_numel = 0;
+};
+std::string checkpoint_rank_file(int rank);  // "rank_00003.bin"
+std::vector<CheckpointBlock> checkpoint_blocks(const LlamaModel& model, int rank);
+uint64_t checkpoint_file_bytes(const LlamaModel& model, int rank);
+// Every tensor's pieces, for all `dp` ranks of a model laid out for dp (the manifest's table).
+std::vector<CheckpointPiece> checkpoint_pieces(const LlamaModel& model, int dp);
+std::vector<CheckpointTensor> checkpoint_tensors(const LlamaModel& model);
+
+// ---- folders ----
+
+std::string checkpoint_step_name(int64_t step);  // "step_12"
+// The checkpoint to load from `dir`: dir itself when it holds manifest.json, else the newest
+// complete step_N in it (`latest` is only a hint: a complete newer folder wins, a pointer to a
+// missing folder is ignored). Error naming dir when there is none.
+std::string resolve_checkpoint(const std::string& dir);
+// Complete checkpoints (step_N with a manifest) in root, oldest first.
+std::vector<std::pair<int64_t, std::string>> complete_checkpoints(const std::string& root);
+CheckpointManifest read_manifest(const std::string& step_dir);
+
+// Hooks for fault tests: called at each phase of a save ("shard" half-way through a rank file,
+// "manifest" before the manifest is written, "rename" before step_N.tmp is renamed, "latest"
+// before `latest` moves) with the step being saved. Empty: nothing.
+using CheckpointHook = std::function<void(const char* phase, int64_t step)>;
+
+// Rank 0, once every rank's file is written and fsynced: writes and fsyncs the manifest in
+// ROOT/step_N.tmp, fsyncs the folder, renames it to step_N, fsyncs ROOT, replaces ROOT/latest,
+// then removes complete checkpoints older than the newest `keep` and stale step_K.tmp folders
+// with K < N (never the newest complete one, never one being written).
+void commit_checkpoint(const std::string& root, const CheckpointManifest& manifest, int keep,
+                       const CheckpointHook& hook);
+
+// xxHash64 (seed 0) of a whole file, read in large pieces.
+uint64_t checkpoint_file_hash(const std::string& path);
+// Checks size and xxHash64 of the manifest's files i with i % ranks == rank (each rank a share);
+// Error naming the file and both hashes on a mismatch.
+void verify_checkpoint_files(const std::string& step_dir, const CheckpointManifest& manifest,
+                             int rank, int ranks);
+std::string hash_hex(uint64_t h);
+
+// Reads global element ranges of a checkpoint's tensors, whatever mesh wrote them (the loader
+// of every rank and `strata checkpoint export` use it). Files are opened once and read with
+// pread; memory stays what the caller asks for.
+class CheckpointReader {
+ public:
+  CheckpointReader(std::string step_dir, const CheckpointManifest& manifest);
+  ~CheckpointReader();
+  CheckpointReader(const CheckpointReader&) = delete;
+  CheckpointReader& operator=(const CheckpointReader&) = delete;
+
+  const CheckpointTensor& tensor(const std::string& name) const;  // Error when absent
+  // out[0, count) = elements [start, start + count) of the tensor's state.
+  void read(const std::string& tensor, int state, uint64_t start, uint64_t count, float* out);
+
+ private:
+  int fd(const std::string& file);
+  std::string dir_;
+  const CheckpointManifest& manifest_;
+  std::map<std::string, size_t> tensors_;                                   // name → index
+  std::map<std::pair<std::string, int>, std::vector<const CheckpointPiece*>> pieces_;  // sorted
+  std::map<std::string, int> fds_;
+};
+
+// Writes the checkpoint's master weights as Hugging Face safetensors + config.json in out_dir
+// (the model described by `model`, which must match the checkpoint's tensors), one tensor in
+// memory at a time. The files are verified first.
+void export_checkpoint(const std::string& step_dir, const CheckpointManifest& manifest,
+                       const ModelConfig& model, const std::string& out_dir, DType dtype);
+
+}  // namespace strata

@@ -1,0 +1,121 @@
+// engine/zero_checkpoint.cpp — the ZeRO engine's side of checkpoints: the blocks a save reads
+// (from memory, a snapshot or NVMe) and loading a checkpoint of any mesh into this rank's shards.
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+#include "core/size.h"
+#include "engine/checkpoint.h"
+#include "engine/zero_state.h"
+#include "offload/swap_space.h"
+#include "offload/swapper.h"
+
+namespace strata {
+
+ZeroEngine::Shard& ZeroEngine::Source::state(const CheckpointBlock& b) {
+  STRATA_CHECK(b.unit >= 0 && b.unit < e_.model_.num_units() && b.state >= 0 && b.state < kCheckpointStates,
+               "zero::checkpoint", "block of unit ", b.unit, " state ", b.state);
+  Unit& s = e_.units_[size_t(b.unit)];
+  return b.state == 0 ? s.master : b.state == 1 ? s.m : s.v;
+}
+
+const void* ZeroEngine::Source::block_memory(const CheckpointBlock& b) {
+  Shard& sh = state(b);
+  STRATA_CHECK(b.shard_numel * 4 == sh.bytes, "zero::checkpoint", "block of ", b.shard_numel,
+               " elements for a shard of ", sh.bytes, " bytes");
+  if (sh.tier == Tier::nvme) return nullptr;
+  if (sh.tier == Tier::device && !e_.device_.host_addressable())
+    return snapshots_.at(size_t(b.unit) * kCheckpointStates + size_t(b.state)).data();
+  return sh.mem.data();
+}
+
+uint64_t ZeroEngine::Source::read_block(const CheckpointBlock& b, uint64_t offset, void* buffer,
+                                        uint64_t bytes) {
+  Shard& sh = state(b);
+  STRATA_CHECK(sh.tier == Tier::nvme, "zero::checkpoint", "read_block of a block in memory");
+  return e_.swapper_->submit({e_.swap_->request(IoOp::read, sh.key, buffer, bytes, offset)});
+}
+
+void ZeroEngine::Source::wait_read(uint64_t ticket) { e_.swapper_->wait(ticket); }
+
+void ZeroEngine::Source::snapshot() {
+  if (e_.device_.host_addressable()) return;
+  snapshots_.resize(e_.units_.size() * kCheckpointStates);
+  for (size_t u = 0; u < e_.units_.size(); ++u) {
+    Unit& s = e_.units_[u];
+    Shard* states[kCheckpointStates] = {&s.master, &s.m, &s.v};
+    for (int k = 0; k < kCheckpointStates; ++k) {
+      if (states[k]->tier != Tier::device) continue;
+      Buffer& snap = snapshots_[u * kCheckpointStates + size_t(k)];
+      if (!snap) snap = e_.device_.alloc_host(states[k]->bytes, true, "checkpoint snapshot");
+      e_.compute_.copy(snap.data(), states[k]->mem.data(), states[k]->bytes);
+      e_.traffic_.d2h_bytes += states[k]->bytes;
+    }
+  }
+  e_.compute_.synchronize();
+}
+
+CheckpointSource& ZeroEngine::checkpoint_source() {
+  check_quiescent("a checkpoint save");
+  compute_.synchronize();
+  comm_.synchronize();
+  reduce_.synchronize();
+  if (!checkpoint_source_) checkpoint_source_ = std::make_unique<Source>(*this);
+  checkpoint_source_->snapshot();
+  return *checkpoint_source_;
+}
+
+void ZeroEngine::load_checkpoint(const std::string& step_dir, const CheckpointManifest& manifest) {
+  // The model's tensors, by name and shape, are exactly the checkpoint's.
+  size_t views = 0;
+  CheckpointReader reader(step_dir, manifest);
+  for (const auto& unit : model_.units())
+    for (const auto& v : unit.layout.views()) {
+      ++views;
+      const CheckpointTensor& t = reader.tensor(v.name);
+      if (t.shape != v.shape) {
+        std::string want, got;
+        for (auto d : v.shape) want += str(want.empty() ? "" : ", ", d);
+        for (auto d : t.shape) got += str(got.empty() ? "" : ", ", d);
+        fail("zero::load_checkpoint",
+             str("tensor '", v.name, "' has shape [", got, "] in the checkpoint but the model needs [", want, "]"),
+             "resume with the model settings the checkpoint was written with (strata checkpoint inspect)");
+      }
+    }
+  if (manifest.tensors.size() != views)
+    fail("zero::load_checkpoint",
+         str("the checkpoint holds ", manifest.tensors.size(), " tensors but the model has ", views),
+         "resume with the model settings the checkpoint was written with (strata checkpoint inspect)");
+
+  compute_.synchronize();
+  comm_.synchronize();
+  reduce_.synchronize();
+  const int rank = dp_.rank();
+  // Chunks of 1M elements: a multiple of 2048, so every chunk of an NVMe shard (f32 or bf16)
+  // starts and ends on a 4 KiB boundary.
+  constexpr size_t kChunk = size_t(1) << 20;
+  std::vector<float> values;
+  for (int u = 0; u < model_.num_units(); ++u) {
+    Unit& s = units_[size_t(u)];
+    const FlatLayout& L = model_.unit(u).layout;
+    const size_t n = L.shard_numel(), base = size_t(rank) * n;
+    Shard* states[kCheckpointStates] = {&s.master, &s.m, &s.v};
+    for (int k = 0; k < kCheckpointStates; ++k) {
+      for (size_t lo = 0; lo < n; lo += kChunk) {
+        const size_t cnt = std::min(kChunk, n - lo);
+        values.assign(cnt, 0.0f);  // padding past the last tensor stays zero
+        const size_t a = base + lo, b = base + lo + cnt;
+        for (const auto& v : L.views()) {
+          const size_t x = std::max(a, v.offset), y = std::min(b, v.offset + v.numel);
+          if (x >= y) continue;
+          reader.read(v.name, k, x - v.offset, y - x, values.data() + (x - a));
+        }
+        if (k == 0) write_master_values(s, lo, cnt, values.data());
+        else write_shard(*states[k], 4, lo, cnt, values.data());
+      }
+    }
+  }
+  compute_.synchronize();
+}
+
+}  // namespace strata
