@@ -759,19 +759,22 @@ void apply_toml(Config& config, const toml::table& root, const std::string& orig
 }  // namespace
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  if (path.empty()) return parse_config("", "(no config file)", overrides);
+  return parse_config(fileutil::read_file(path, "config::load"), path, overrides);
+}
+
+Config parse_config(std::string_view toml_text, const std::string& origin,
+                    const std::vector<std::string>& overrides) {
   Config config;
-  if (!path.empty()) {
-    std::string text = fileutil::read_file(path, "config::load");
-    toml::table root;
-    try {
-      root = toml::parse(text, path);
-    } catch (const toml::parse_error& e) {
-      const auto& at = e.source().begin;
-      fail("config::load", str(path, ":", at.line, ":", at.column, ": ", e.description()),
-           "the file must be TOML: [section] headers, then key = value lines");
-    }
-    apply_toml(config, root, path);
+  toml::table root;
+  try {
+    root = toml::parse(toml_text, origin);
+  } catch (const toml::parse_error& e) {
+    const auto& at = e.source().begin;
+    fail("config::load", str(origin, ":", at.line, ":", at.column, ": ", e.description()),
+         "the file must be TOML: [section] headers, then key = value lines");
   }
+  apply_toml(config, root, origin);
   for (const std::string& o : overrides) apply_override(config, o);
   validate(config);
   return config;
