@@ -285,6 +285,7 @@ void SafetensorsReader::read_f32(const std::string& name, float* out, int64_t of
   if (!is_float(e.info.dtype))
     fail(kRead, str(impl_->path, ": tensor '", name, "' is ", dtype_text(e.info.dtype),
                     "; read_f32 reads F32, BF16 or F16 tensors"));
+  if (count == 0) return;  // `out` may be null for an empty tensor
   const uint64_t esize = element_bytes(e.info.dtype);
   const uint8_t* src = impl_->data(e) + static_cast<uint64_t>(offset) * esize;
   if (e.info.dtype == StDType::f32) {
@@ -310,7 +311,7 @@ void SafetensorsReader::read_i32(const std::string& name, int32_t* out) const {
   const int64_t numel = e.info.numel();
   const uint8_t* src = impl_->data(e);
   if (e.info.dtype == StDType::i32) {
-    std::memcpy(out, src, static_cast<size_t>(numel) * 4);
+    if (numel > 0) std::memcpy(out, src, static_cast<size_t>(numel) * 4);  // out may be null if 0
   } else if (e.info.dtype == StDType::i64) {
     for (int64_t i = 0; i < numel; ++i) {
       int64_t v;
