@@ -99,6 +99,7 @@ struct ParallelConfig {
   int dp = 0;  // data-parallel ranks; 0 = world / (tp * pp)
   int tp = 1;
   int pp = 1;
+  double timeout = 600;  // seconds a collective or stream wait may take before the job aborts
 };
 
 struct IoConfig {
