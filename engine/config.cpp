@@ -652,11 +652,40 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
+// Whether s is well-formed UTF-8: no stray or missing continuation bytes, overlong forms,
+// surrogates or code points past U+10FFFF.
+bool valid_utf8(std::string_view s) {
+  static constexpr uint32_t kMin[] = {0, 0x80, 0x800, 0x10000};  // by continuation bytes
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const size_t n = c < 0x80             ? 0  // continuation bytes after the lead byte
+                     : (c & 0xE0) == 0xC0 ? 1
+                     : (c & 0xF0) == 0xE0 ? 2
+                     : (c & 0xF8) == 0xF0 ? 3
+                                          : 4;  // a stray continuation byte or 0xF8..0xFF
+    if (n == 4 || s.size() - i <= n) return false;
+    uint32_t cp = n == 0 ? c : c & (0x3F >> n);
+    for (size_t j = 1; j <= n; ++j) {
+      const auto d = static_cast<unsigned char>(s[i + j]);
+      if ((d & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (d & 0x3F);
+    }
+    if (cp < kMin[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += n + 1;
+  }
+  return true;
+}
+
 // The text of a --set value → Value, by the key's kind.
 Value from_text(std::string_view where, const Key& k, std::string_view text,
                 std::string_view origin) {
   Value v;
   auto bad = [&]() { wrong_type(where, k, str("'", text, "'"), origin); };
+  // TOML files are UTF-8 (toml++ checks); a --set string becomes TOML and JSON text too.
+  if ((k.kind == Kind::string || k.kind == Kind::string_list) && !valid_utf8(text))
+    fail(std::string(where), str(k.full_name(), ": the value is not UTF-8 text (", origin, ")"),
+         "configuration strings must be UTF-8: the printed config (TOML) and the JSON of "
+         "manifests and metrics cannot hold other bytes");
   const char* b = text.data();
   const char* e = text.data() + text.size();
   switch (k.kind) {

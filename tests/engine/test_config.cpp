@@ -167,6 +167,19 @@ TEST(Config, TokensPerMicroBatchAndUnitsAreBounded) {
                    "model.n_layers + 2 = 4");
 }
 
+// A --set string becomes TOML (config_to_toml) and JSON (manifests, metrics): UTF-8 only.
+TEST(Config, SetStringsMustBeUtf8) {
+  const std::string name = "donn\xc3\xa9" "es \xe2\x82\xac \xf0\x9f\x98\x80.txt";  // é € 😀
+  EXPECT_EQ(load_config("", {"data.path=" + name}).data.path, name);
+  for (const char* bad : {"\xff", "a\xc3", "\xc0\x80", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\x80"}) {
+    SCOPED_TRACE(bad);
+    EXPECT_ERROR_HAS(load_config("", {std::string("data.path=") + bad}), "data.path",
+                     "not UTF-8");
+    EXPECT_ERROR_HAS(load_config("", {std::string("offload.nvme_path=/a,") + bad}),
+                     "offload.nvme_path", "not UTF-8");
+  }
+}
+
 TEST(Config, ParallelTimeout) {
   EXPECT_EQ(Config{}.parallel.timeout, 600.0);
   EXPECT_EQ(load_config("", {"parallel.timeout=30.5"}).parallel.timeout, 30.5);
