@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 
 namespace strata {
@@ -27,37 +28,44 @@ std::string format_bytes(uint64_t bytes);
 namespace detail {
 [[noreturn]] void size_overflow(std::string_view what, std::string_view op, std::string a,
                                 std::string b, bool is_signed, int bits);
+// `what` of the checked helpers: text, or a callable returning it (built only on failure).
+template <class What>
+std::string what_text(const What& what) {
+  if constexpr (std::is_invocable_v<const What&>) return std::string(what());
+  else return std::string(std::string_view(what));
+}
 }  // namespace detail
 
 // a × b in T, or an Error "[core::size] what: a x b does not fit in int64" when the exact product
-// does not. `what` names the quantity (e.g. "tensor 'wte' shape", "activation bytes"). Both
-// operands have the same type: convert first, e.g. checked_mul<uint64_t>(rows, cols, ...).
-template <std::integral T>
-T checked_mul(T a, T b, std::string_view what) {
+// does not. `what` names the quantity ("activation bytes"), or is a callable that returns the
+// name, so a hot caller builds it only on failure: [&] { return str("tensor '", name, "'"); }.
+// Both operands have the same type: convert first, e.g. checked_mul<uint64_t>(rows, cols, ...).
+template <std::integral T, class What>
+T checked_mul(T a, T b, const What& what) {
   T r;
   if (__builtin_mul_overflow(a, b, &r)) [[unlikely]]
-    detail::size_overflow(what, " x ", std::to_string(a), std::to_string(b),
+    detail::size_overflow(detail::what_text(what), " x ", std::to_string(a), std::to_string(b),
                           std::is_signed_v<T>, int(sizeof(T) * 8));
   return r;
 }
 
 // a + b in T, or an Error as for checked_mul.
-template <std::integral T>
-T checked_add(T a, T b, std::string_view what) {
+template <std::integral T, class What>
+T checked_add(T a, T b, const What& what) {
   T r;
   if (__builtin_add_overflow(a, b, &r)) [[unlikely]]
-    detail::size_overflow(what, " + ", std::to_string(a), std::to_string(b),
+    detail::size_overflow(detail::what_text(what), " + ", std::to_string(a), std::to_string(b),
                           std::is_signed_v<T>, int(sizeof(T) * 8));
   return r;
 }
 
 // v as To (e.g. a 64-bit element count narrowed to a kernel's int dimension), or an Error when
 // To cannot hold it.
-template <std::integral To, std::integral From>
-To checked_cast(From v, std::string_view what) {
+template <std::integral To, std::integral From, class What>
+To checked_cast(From v, const What& what) {
   if (!std::in_range<To>(v)) [[unlikely]]
-    detail::size_overflow(what, "", std::to_string(v), "", std::is_signed_v<To>,
-                          int(sizeof(To) * 8));
+    detail::size_overflow(detail::what_text(what), "", std::to_string(v), "",
+                          std::is_signed_v<To>, int(sizeof(To) * 8));
   return static_cast<To>(v);
 }
 
