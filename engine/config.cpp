@@ -117,7 +117,8 @@ const std::vector<std::string_view> kTiers = {"device", "host", "nvme"};
 
 // Bounds a user would accept, chosen so that every derived size fits in 64 bits and every
 // dimension a kernel takes (tokens, widths, heads; QKV = 3 x dim at most, 2 x ffn_dim) fits in
-// its int. Shapes: 16x the widths of the largest public dense models (dim 16384, 128 heads).
+// its int. Widths are at least 4x those of the largest public dense model (Llama 3.1 405B:
+// dim 16384, 128 heads, ffn 53248, 126 layers, vocabulary 128256).
 constexpr double kMaxTokens = 16777216;  // 2^24: vocab_size, max_seq_len, seq_len, B x T
 constexpr double kMaxBytes = 1125899906842624.0;  // 1024T: the size keys that cap memory
 
@@ -946,7 +947,7 @@ std::string config_reference_markdown() {
          "impossible combinations are errors that name the key and what is allowed.\n";
   out += "- Every number has a range (the allowed column). Shapes are bounded so that every "
          "size derived from them fits in 64 bits and every dimension a kernel takes fits in a "
-         "32-bit int; the widths allow 16 times those of the largest public dense models.\n";
+         "32-bit int; widths are at least 4 times those of the largest public dense models.\n";
   out += "- Sizes are bytes: a plain integer, or a string with a binary suffix: `\"512M\"`, "
          "`\"2G\"`, `\"1.5T\"` (K = 1024).\n";
   out += "- In `--set`, a value is parsed by the key's type: `--set train.lr=1e-3`, "
