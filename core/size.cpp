@@ -1,4 +1,4 @@
-// core/size.cpp — parse_bytes / format_bytes.
+// core/size.cpp — parse_bytes / format_bytes, and the error of the checked size arithmetic.
 #include "core/size.h"
 
 #include <cctype>
@@ -69,4 +69,14 @@ std::string format_bytes(uint64_t bytes) {
   return buf;
 }
 
+namespace detail {
+
+void size_overflow(std::string_view what, std::string_view op, std::string a, std::string b,
+                   bool is_signed, int bits) {
+  fail("core::size",
+       str(what, ": ", a, op, b, " does not fit in ", is_signed ? "int" : "uint", bits),
+       "the shape or size is larger than strata supports; check the value for a typo");
+}
+
+}  // namespace detail
 }  // namespace strata

@@ -1,10 +1,16 @@
 // core/size.h — byte sizes as users write them ("512M", "2G", "1.5G", "4096") and as strata
-// prints them. Units are binary (K = 1024). Parsing rejects negative, empty and overflowing values.
+// prints them, and checked arithmetic for sizes computed from untrusted numbers (file headers,
+// config keys). Units are binary (K = 1024). Parsing rejects negative, empty and overflowing
+// values; checked_mul / checked_add / checked_cast return the exact result or throw an Error,
+// never wrap around or overflow a signed type.
 #pragma once
 
+#include <concepts>
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <type_traits>
+#include <utility>
 
 namespace strata {
 
@@ -18,5 +24,49 @@ inline constexpr uint64_t TiB = 1024ull * GiB;
 uint64_t parse_bytes(std::string_view text, std::string_view what = "size");
 // 536870912 → "512M"; 1610612736 → "1.5G"; values below 1K print as plain bytes.
 std::string format_bytes(uint64_t bytes);
+
+namespace detail {
+[[noreturn]] void size_overflow(std::string_view what, std::string_view op, std::string a,
+                                std::string b, bool is_signed, int bits);
+// `what` of the checked helpers: text, or a callable returning it (built only on failure).
+template <class What>
+std::string what_text(const What& what) {
+  if constexpr (std::is_invocable_v<const What&>) return std::string(what());
+  else return std::string(std::string_view(what));
+}
+}  // namespace detail
+
+// a × b in T, or an Error "[core::size] what: a x b does not fit in int64" when the exact product
+// does not. `what` names the quantity ("activation bytes"), or is a callable that returns the
+// name, so a hot caller builds it only on failure: [&] { return str("tensor '", name, "'"); }.
+// Both operands have the same type: convert first, e.g. checked_mul<uint64_t>(rows, cols, ...).
+template <std::integral T, class What>
+T checked_mul(T a, T b, const What& what) {
+  T r;
+  if (__builtin_mul_overflow(a, b, &r)) [[unlikely]]
+    detail::size_overflow(detail::what_text(what), " x ", std::to_string(a), std::to_string(b),
+                          std::is_signed_v<T>, int(sizeof(T) * 8));
+  return r;
+}
+
+// a + b in T, or an Error as for checked_mul.
+template <std::integral T, class What>
+T checked_add(T a, T b, const What& what) {
+  T r;
+  if (__builtin_add_overflow(a, b, &r)) [[unlikely]]
+    detail::size_overflow(detail::what_text(what), " + ", std::to_string(a), std::to_string(b),
+                          std::is_signed_v<T>, int(sizeof(T) * 8));
+  return r;
+}
+
+// v as To (e.g. a 64-bit element count narrowed to a kernel's int dimension), or an Error when
+// To cannot hold it.
+template <std::integral To, std::integral From, class What>
+To checked_cast(From v, const What& what) {
+  if (!std::in_range<To>(v)) [[unlikely]]
+    detail::size_overflow(detail::what_text(what), "", std::to_string(v), "",
+                          std::is_signed_v<To>, int(sizeof(To) * 8));
+  return static_cast<To>(v);
+}
 
 }  // namespace strata

@@ -62,7 +62,8 @@ enum class Kind { integer, real, boolean, string, size, choice, string_list };
 using Field = std::variant<int*, uint64_t*, float*, double*, bool*, std::string*, Tier*,
                            Precision*, Schedule*, RopeType*, std::vector<std::string>*>;
 
-// Allowed numeric range; an unset bound is infinite.
+// Allowed numeric range; an unset bound is infinite. Integer and size keys have closed ranges
+// with whole bounds below 2^53 (exact as doubles) and are compared exactly (contains_integer).
 struct Range {
   double lo = -std::numeric_limits<double>::infinity();
   double hi = std::numeric_limits<double>::infinity();
@@ -75,19 +76,20 @@ struct Range {
     bool below = hi_open ? v < hi : v <= hi;
     return above && below;  // false for NaN
   }
-  std::string text() const {
-    using fileutil::double_text;
-    if (!bounded()) return "";
-    if (!std::isfinite(hi)) return str(lo_open ? "> " : ">= ", double_text(lo));
-    if (!std::isfinite(lo)) return str(hi_open ? "< " : "<= ", double_text(hi));
-    return str(lo_open ? "(" : "[", double_text(lo), ", ", double_text(hi), hi_open ? ")" : "]");
+  // An integer field: [lo, hi], or [lo, 2^63) without hi (TOML integers are signed 64-bit).
+  template <class T>
+  bool contains_integer(T v) const {
+    if (std::isfinite(lo) && std::cmp_less(v, static_cast<int64_t>(lo))) return false;
+    if (std::isfinite(hi)) return !std::cmp_greater(v, static_cast<int64_t>(hi));
+    return std::cmp_less_equal(v, std::numeric_limits<int64_t>::max());
   }
 };
 
+constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr Range any() { return {}; }
-constexpr Range at_least(double lo) { return {lo, std::numeric_limits<double>::infinity(), false, false}; }
-constexpr Range positive() { return {0, std::numeric_limits<double>::infinity(), true, false}; }
+constexpr Range at_least(double lo) { return {lo, kInf, false, false}; }
 constexpr Range between(double lo, double hi) { return {lo, hi, false, false}; }
+constexpr Range above_to(double lo, double hi) { return {lo, hi, true, false}; }  // (lo, hi]
 constexpr Range unit_half_open() { return {0, 1, false, true}; }
 
 struct Key {
@@ -113,76 +115,85 @@ Field field_of(Config& c) {
 
 const std::vector<std::string_view> kTiers = {"device", "host", "nvme"};
 
+// Bounds a user would accept, chosen so that every derived size fits in 64 bits and every
+// dimension a kernel takes (tokens, widths, heads; QKV = 3 x dim at most, 2 x ffn_dim) fits in
+// its int. Widths are at least 4x those of the largest public dense model (Llama 3.1 405B:
+// dim 16384, 128 heads, ffn 53248, 126 layers, vocabulary 128256).
+constexpr double kMaxTokens = 16777216;  // 2^24: vocab_size, max_seq_len, seq_len, B x T
+constexpr double kMaxBytes = 1125899906842624.0;  // 1024T: the size keys that cap memory
+
 const std::vector<Key>& keys() {
   static const std::vector<Key> kKeys = {
       // [model]
-      {STRATA_CONFIG_KEY(model, dim), Kind::integer, "hidden size (HF hidden_size)", at_least(1)},
+      {STRATA_CONFIG_KEY(model, dim), Kind::integer, "hidden size (HF hidden_size)",
+       between(1, 65536)},
       {STRATA_CONFIG_KEY(model, n_layers), Kind::integer, "decoder blocks (HF num_hidden_layers)",
-       at_least(1)},
+       between(1, 4096)},
       {STRATA_CONFIG_KEY(model, n_heads), Kind::integer,
-       "query heads (HF num_attention_heads); divides dim, dim / n_heads even", at_least(1)},
+       "query heads (HF num_attention_heads); divides dim, dim / n_heads even", between(1, 4096)},
       {STRATA_CONFIG_KEY(model, n_kv_heads), Kind::integer,
-       "key/value heads (HF num_key_value_heads); divides n_heads", at_least(1)},
+       "key/value heads (HF num_key_value_heads); divides n_heads", between(1, 4096)},
       {STRATA_CONFIG_KEY(model, ffn_dim), Kind::integer, "SwiGLU inner size (HF intermediate_size)",
-       at_least(1)},
+       between(1, 1048576)},
       {STRATA_CONFIG_KEY(model, vocab_size), Kind::integer,
-       "vocabulary size; raw text and the built-in tasks need 256", at_least(1)},
+       "vocabulary size; raw text and the built-in tasks need 256", between(1, kMaxTokens)},
       {STRATA_CONFIG_KEY(model, max_seq_len), Kind::integer,
-       "longest sequence (HF max_position_embeddings); data.seq_len <= max_seq_len", at_least(1)},
+       "longest sequence (HF max_position_embeddings); data.seq_len <= max_seq_len",
+       between(1, kMaxTokens)},
       {STRATA_CONFIG_KEY(model, rope_theta), Kind::real, "rotary embedding base (HF rope_theta)",
-       positive()},
+       between(1, 1e12)},
       {STRATA_CONFIG_KEY(model, rope_type), Kind::choice,
        "rotary frequencies as transformers computes them (HF rope_type): default = "
        "theta^(-2i/head_dim); linear = divided by rope_factor; llama3 = Llama 3.1 scaling of "
        "the low frequencies", any(), {"default", "linear", "llama3"}},
       {STRATA_CONFIG_KEY(model, rope_factor), Kind::real,
-       "rope_type linear, llama3: frequency divisor (HF factor); 1 with default", positive()},
+       "rope_type linear, llama3: frequency divisor (HF factor); 1 with default", between(1e-6, 1e6)},
       {STRATA_CONFIG_KEY(model, rope_low_freq_factor), Kind::real,
        "rope_type llama3: wavelengths above rope_original_max_position / rope_low_freq_factor are "
-       "divided by rope_factor (HF low_freq_factor)", positive()},
+       "divided by rope_factor (HF low_freq_factor)", between(1e-6, 1e6)},
       {STRATA_CONFIG_KEY(model, rope_high_freq_factor), Kind::real,
        "rope_type llama3: wavelengths below rope_original_max_position / rope_high_freq_factor "
        "are kept, those between are interpolated (HF high_freq_factor); > rope_low_freq_factor",
-       positive()},
+       between(1e-6, 1e6)},
       {STRATA_CONFIG_KEY(model, rope_original_max_position), Kind::integer,
        "rope_type llama3: context length of pretraining (HF original_max_position_embeddings)",
-       at_least(1)},
+       between(1, kMaxTokens)},
       {STRATA_CONFIG_KEY(model, norm_eps), Kind::real, "RMSNorm epsilon (HF rms_norm_eps)",
-       positive()},
+       above_to(0, 1)},
       {STRATA_CONFIG_KEY(model, tie_embeddings), Kind::boolean,
        "the output head shares the embedding matrix (HF tie_word_embeddings)"},
       {STRATA_CONFIG_KEY(model, init_std), Kind::real,
-       "initial weights are normal(0, init_std) (HF initializer_range)", at_least(0)},
+       "initial weights are normal(0, init_std) (HF initializer_range)", between(0, 10)},
       // [data]
       {STRATA_CONFIG_KEY(data, path), Kind::string,
        "training tokens: a text file (bytes), an llm.c token file (.bin), or builtin:words, "
        "builtin:count, builtin:random"},
       {STRATA_CONFIG_KEY(data, seq_len), Kind::integer, "T: tokens per window (sequence length)",
-       at_least(1)},
+       between(1, kMaxTokens)},
       {STRATA_CONFIG_KEY(data, micro_batch), Kind::integer,
-       "B: windows per micro-batch per data-parallel rank", at_least(1)},
+       "B: windows per micro-batch per data-parallel rank; B x T <= 16777216", between(1, 65535)},
       {STRATA_CONFIG_KEY(data, shuffle), Kind::boolean,
        "permute the windows of each epoch (a pure function of train.seed and the epoch)"},
       // [train]
-      {STRATA_CONFIG_KEY(train, steps), Kind::integer, "optimizer steps", at_least(0)},
-      {STRATA_CONFIG_KEY(train, lr), Kind::real, "peak learning rate", positive()},
+      {STRATA_CONFIG_KEY(train, steps), Kind::integer, "optimizer steps", between(0, 1e9)},
+      {STRATA_CONFIG_KEY(train, lr), Kind::real, "peak learning rate", above_to(0, 10)},
       {STRATA_CONFIG_KEY(train, warmup_steps), Kind::integer,
-       "steps of linear warmup from 0 to lr", at_least(0)},
+       "steps of linear warmup from 0 to lr", between(0, 1e9)},
       {STRATA_CONFIG_KEY(train, schedule), Kind::choice, "learning-rate schedule after warmup",
        any(), {"constant", "cosine"}},
       {STRATA_CONFIG_KEY(train, min_lr_ratio), Kind::real,
        "cosine decays to lr * min_lr_ratio at the last step", between(0, 1)},
       {STRATA_CONFIG_KEY(train, weight_decay), Kind::real, "AdamW decoupled weight decay",
-       at_least(0)},
+       between(0, 10)},
       {STRATA_CONFIG_KEY(train, decay_norms), Kind::boolean,
        "apply weight decay to the RMSNorm weights too (as torch.optim.AdamW over all parameters)"},
       {STRATA_CONFIG_KEY(train, beta1), Kind::real, "AdamW first-moment decay", unit_half_open()},
       {STRATA_CONFIG_KEY(train, beta2), Kind::real, "AdamW second-moment decay", unit_half_open()},
-      {STRATA_CONFIG_KEY(train, eps), Kind::real, "AdamW epsilon", positive()},
+      {STRATA_CONFIG_KEY(train, eps), Kind::real, "AdamW epsilon", above_to(0, 1)},
       {STRATA_CONFIG_KEY(train, grad_clip), Kind::real,
-       "global gradient-norm clipping threshold; 0 = off", at_least(0)},
+       "global gradient-norm clipping threshold; 0 = off", between(0, 1e6)},
       {STRATA_CONFIG_KEY(train, grad_accum), Kind::integer, "micro-batches per optimizer step",
-       at_least(1)},
+       between(1, 65536)},
       {STRATA_CONFIG_KEY(train, precision), Kind::choice,
        "compute precision: fp32, or bf16 compute copy with f32 master weights", any(),
        {"fp32", "bf16"}},
@@ -193,22 +204,22 @@ const std::vector<Key>& keys() {
        "device to compute on; auto = cuda when available, else cpu", any(),
        {"cpu", "cuda", "auto"}},
       {STRATA_CONFIG_KEY(train, threads), Kind::integer,
-       "CPU threads (oneTBB); 0 = all this process may use", at_least(0)},
+       "CPU threads (oneTBB); 0 = all this process may use", between(0, 4096)},
       // [eval]
       {STRATA_CONFIG_KEY(eval, batches), Kind::integer,
        "micro-batches evaluated by strata eval and at the end of training; 0 = no evaluation "
-       "after training", at_least(0)},
+       "after training", between(0, 1e6)},
       {STRATA_CONFIG_KEY(eval, path), Kind::string, "evaluation tokens; empty = data.path"},
       // [log]
       {STRATA_CONFIG_KEY(log, every), Kind::integer,
-       "log a metrics line every N steps (and the last step)", at_least(1)},
+       "log a metrics line every N steps (and the last step)", between(1, 1e9)},
       {STRATA_CONFIG_KEY(log, metrics), Kind::string,
        "JSONL file with one object per logged step; empty = none"},
       {STRATA_CONFIG_KEY(log, trace), Kind::string,
        "Chrome-trace (Perfetto) JSON timeline; empty = none"},
       {STRATA_CONFIG_KEY(log, peak_flops), Kind::real,
        "FLOP/s that MFU is measured against; 0 = measure the f32 GEMM rate at start",
-       at_least(0)},
+       between(0, 1e18)},
       // [offload]
       {STRATA_CONFIG_KEY(offload, params), Kind::choice,
        "tier of the parameters' compute copy (f32, or bf16 under train.precision = bf16)", any(),
@@ -220,18 +231,19 @@ const std::vector<Key>& keys() {
        "tier of the f32 master weights and AdamW m, v; off the device the CPU AdamW steps them",
        any(), kTiers},
       {STRATA_CONFIG_KEY(offload, device_mem_limit), Kind::size,
-       "cap on device memory; 0 = the device's size"},
+       "cap on device memory; 0 = the device's size", between(0, kMaxBytes)},
       {STRATA_CONFIG_KEY(offload, pinned_mem_limit), Kind::size,
-       "pinned host memory budget; 0 = as the plan needs"},
+       "pinned host memory budget; 0 = as the plan needs", between(0, kMaxBytes)},
       {STRATA_CONFIG_KEY(offload, nvme_path), Kind::string_list,
        "one directory per NVMe device (TOML array; comma-separated in --set)"},
       {STRATA_CONFIG_KEY(offload, prefetch), Kind::integer,
-       "units of compute copy read ahead from NVMe (bounded by the pinned budget)", at_least(0)},
+       "units of compute copy read ahead from NVMe (bounded by the pinned budget)",
+       between(0, 64)},
       {STRATA_CONFIG_KEY(offload, optimizer_chunk), Kind::size,
-       "bytes per chunk of the NVMe optimizer pipeline", at_least(4096)},
+       "bytes per chunk of the NVMe optimizer pipeline", between(4096, 4.0 * GiB)},
       // [zero]
       {STRATA_CONFIG_KEY(zero, prefetch), Kind::integer,
-       "units gathered ahead of the one computing", at_least(0)},
+       "units gathered ahead of the one computing", between(0, 64)},
       {STRATA_CONFIG_KEY(zero, reshard_after_forward), Kind::boolean,
        "free a unit's gathered parameters after its forward and gather again in backward; false "
        "keeps every unit gathered from its forward to its backward (one slot per unit, no second "
@@ -240,11 +252,11 @@ const std::vector<Key>& keys() {
        "recompute each unit's activations in backward instead of keeping them"},
       // [parallel]
       {STRATA_CONFIG_KEY(parallel, dp), Kind::integer,
-       "data-parallel ranks; 0 = world size / (tp * pp)", at_least(0)},
+       "data-parallel ranks; 0 = world size / (tp * pp)", between(0, 1048576)},
       {STRATA_CONFIG_KEY(parallel, tp), Kind::integer,
-       "tensor-parallel ranks; divides n_heads, n_kv_heads and ffn_dim", at_least(1)},
+       "tensor-parallel ranks; divides n_heads, n_kv_heads and ffn_dim", between(1, 1024)},
       {STRATA_CONFIG_KEY(parallel, pp), Kind::integer,
-       "pipeline stages; at most n_layers + 2 units", at_least(1)},
+       "pipeline stages; at most n_layers + 2 units", between(1, 4098)},
       {STRATA_CONFIG_KEY(parallel, timeout), Kind::real,
        "seconds a collective or stream wait may last; past it the job is ended with a report "
        "naming the operation, the step and the ranks that did not arrive", between(1, 86400)},
@@ -253,12 +265,12 @@ const std::vector<Key>& keys() {
        "file I/O backend; auto = io_uring when available, else POSIX", any(),
        {"auto", "uring", "posix"}},
       {STRATA_CONFIG_KEY(io, queue_depth), Kind::integer, "requests in flight per queue",
-       between(1, 65536)},
+       between(1, 4096)},
       {STRATA_CONFIG_KEY(io, block_size), Kind::size,
-       "bytes per I/O request; a multiple of 4096", at_least(4096)},
+       "bytes per I/O request; a multiple of 4096", between(4096, 1.0 * GiB)},
       {STRATA_CONFIG_KEY(io, stripe_size), Kind::size,
        "bytes per stripe across several nvme_path directories; a multiple of io.block_size",
-       at_least(4096)},
+       between(4096, 1.0 * TiB)},
       // [checkpoint]
       {STRATA_CONFIG_KEY(checkpoint, dir), Kind::string,
        "root folder of the checkpoints (step_N folders, `latest`); empty = no checkpoints"},
@@ -545,14 +557,30 @@ std::string key_hint(const Key& k) {
        key_hint(k));
 }
 
-// A key's range narrowed to what its field can hold (int or uint64), for width errors.
-Range int_range(const Key& k) {
-  Range r = k.range;
-  Config probe;
-  const bool narrow = std::holds_alternative<int*>(k.field(probe));
-  r.lo = std::max(r.lo, narrow ? double(std::numeric_limits<int>::min()) : 0.0);
-  r.hi = std::min(r.hi, narrow ? double(std::numeric_limits<int>::max()) : 9223372036854775807.0);
-  return r;
+// "1e+12" → "1e12": a real bound as a user would write it.
+std::string real_text(double v) {
+  std::string t = fileutil::double_text(v);
+  if (size_t e = t.find("e+"); e != std::string::npos) {
+    size_t digits = t.find_first_not_of('0', e + 2);
+    t = t.substr(0, e + 1) + t.substr(digits);
+  }
+  return t;
+}
+
+// The allowed range as errors and docs/config.md print it: "[1, 4096]", "(0, 1]", "[4K, 1G]".
+std::string range_text(const Key& k) {
+  const Range& r = k.range;
+  auto bound = [&](double v) -> std::string {
+    if (k.kind == Kind::size) return format_bytes(static_cast<uint64_t>(v));
+    if (k.kind == Kind::integer) return std::to_string(static_cast<int64_t>(v));
+    return real_text(v);
+  };
+  if (!r.bounded()) return "";
+  if (!std::isfinite(r.hi))
+    return k.kind == Kind::integer ? str("[", bound(r.lo), ", 2^63)")
+                                   : str(r.lo_open ? "> " : ">= ", bound(r.lo));
+  if (!std::isfinite(r.lo)) return str(r.hi_open ? "< " : "<= ", bound(r.hi));
+  return str(r.lo_open ? "(" : "[", bound(r.lo), ", ", bound(r.hi), r.hi_open ? ")" : "]");
 }
 
 // Stores a parsed value into the key's field. Integer width and enum membership are checked
@@ -564,13 +592,13 @@ void store(std::string_view where, const Key& k, const Value& v, Config& c,
         using T = std::remove_pointer_t<decltype(p)>;
         if constexpr (std::is_same_v<T, int>) {
           if (v.i < std::numeric_limits<int>::min() || v.i > std::numeric_limits<int>::max())
-            out_of_range(where, k, std::to_string(v.i), int_range(k).text(), origin);
+            out_of_range(where, k, std::to_string(v.i), range_text(k), origin);
           *p = static_cast<int>(v.i);
         } else if constexpr (std::is_same_v<T, uint64_t>) {
           if (k.kind == Kind::size) {
             *p = v.bytes;
           } else {
-            if (v.i < 0) out_of_range(where, k, std::to_string(v.i), k.range.text(), origin);
+            if (v.i < 0) out_of_range(where, k, std::to_string(v.i), range_text(k), origin);
             *p = static_cast<uint64_t>(v.i);
           }
         } else if constexpr (std::is_same_v<T, float>) {
@@ -625,7 +653,7 @@ Value from_toml(std::string_view where, const Key& k, const toml::node& n, std::
     case Kind::size:
       if (n.is_integer()) {
         int64_t i = n.as_integer()->get();
-        if (i < 0) out_of_range(where, k, std::to_string(i), ">= 0", origin);
+        if (i < 0) out_of_range(where, k, std::to_string(i), range_text(k), origin);
         v.bytes = static_cast<uint64_t>(i);
       } else if (n.is_string()) {
         try {
@@ -654,18 +682,47 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
+// Whether s is well-formed UTF-8: no stray or missing continuation bytes, overlong forms,
+// surrogates or code points past U+10FFFF.
+bool valid_utf8(std::string_view s) {
+  static constexpr uint32_t kMin[] = {0, 0x80, 0x800, 0x10000};  // by continuation bytes
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const size_t n = c < 0x80             ? 0  // continuation bytes after the lead byte
+                     : (c & 0xE0) == 0xC0 ? 1
+                     : (c & 0xF0) == 0xE0 ? 2
+                     : (c & 0xF8) == 0xF0 ? 3
+                                          : 4;  // a stray continuation byte or 0xF8..0xFF
+    if (n == 4 || s.size() - i <= n) return false;
+    uint32_t cp = n == 0 ? c : c & (0x3F >> n);
+    for (size_t j = 1; j <= n; ++j) {
+      const auto d = static_cast<unsigned char>(s[i + j]);
+      if ((d & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (d & 0x3F);
+    }
+    if (cp < kMin[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += n + 1;
+  }
+  return true;
+}
+
 // The text of a --set value → Value, by the key's kind.
 Value from_text(std::string_view where, const Key& k, std::string_view text,
                 std::string_view origin) {
   Value v;
   auto bad = [&]() { wrong_type(where, k, str("'", text, "'"), origin); };
+  // TOML files are UTF-8 (toml++ checks); a --set string becomes TOML and JSON text too.
+  if ((k.kind == Kind::string || k.kind == Kind::string_list) && !valid_utf8(text))
+    fail(std::string(where), str(k.full_name(), ": the value is not UTF-8 text (", origin, ")"),
+         "configuration strings must be UTF-8: the printed config (TOML) and the JSON of "
+         "manifests and metrics cannot hold other bytes");
   const char* b = text.data();
   const char* e = text.data() + text.size();
   switch (k.kind) {
     case Kind::integer: {
       auto [p, ec] = std::from_chars(b, e, v.i);
       if (ec == std::errc::result_out_of_range)
-        out_of_range(where, k, text, int_range(k).text(), origin);
+        out_of_range(where, k, text, range_text(k), origin);
       if (ec != std::errc() || p != e || text.empty()) bad();
       break;
     }
@@ -707,13 +764,16 @@ Value from_text(std::string_view where, const Key& k, std::string_view text,
   return v;
 }
 
-double numeric_value(const Key& k, const Config& c) {
+// Whether a key's value is finite and in its range; integer fields compare exactly.
+bool in_range(const Key& k, const Config& c) {
   return std::visit(
-      [](auto* p) -> double {
+      [&](auto* p) -> bool {
         using T = std::remove_pointer_t<decltype(p)>;
-        if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>)
-          return static_cast<double>(*p);
-        else return 0.0;
+        if constexpr (std::is_same_v<T, int> || std::is_same_v<T, uint64_t>)
+          return k.range.contains_integer(*p);
+        else if constexpr (std::is_floating_point_v<T>)
+          return std::isfinite(*p) && (!k.range.bounded() || k.range.contains(double(*p)));
+        else return true;
       },
       field(k, c));
 }
@@ -823,19 +883,22 @@ void apply_toml(Config& config, const toml::table& root, const std::string& orig
 }  // namespace
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  if (path.empty()) return parse_config("", "(no config file)", overrides);
+  return parse_config(fileutil::read_file(path, "config::load"), path, overrides);
+}
+
+Config parse_config(std::string_view toml_text, const std::string& origin,
+                    const std::vector<std::string>& overrides) {
   Config config;
-  if (!path.empty()) {
-    std::string text = fileutil::read_file(path, "config::load");
-    toml::table root;
-    try {
-      root = toml::parse(text, path);
-    } catch (const toml::parse_error& e) {
-      const auto& at = e.source().begin;
-      fail("config::load", str(path, ":", at.line, ":", at.column, ": ", e.description()),
-           "the file must be TOML: [section] headers, then key = value lines");
-    }
-    apply_toml(config, root, path);
+  toml::table root;
+  try {
+    root = toml::parse(toml_text, origin);
+  } catch (const toml::parse_error& e) {
+    const auto& at = e.source().begin;
+    fail("config::load", str(origin, ":", at.line, ":", at.column, ": ", e.description()),
+         "the file must be TOML: [section] headers, then key = value lines");
   }
+  apply_toml(config, root, origin);
   for (const std::string& o : overrides) apply_override(config, o);
   validate(config);
   return config;
@@ -844,15 +907,10 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 void validate(const Config& c) {
   constexpr const char* kWhere = "config::validate";
   for (const Key& k : keys()) {
-    if (k.kind == Kind::real && !std::isfinite(numeric_value(k, c)))
-      out_of_range(kWhere, k, toml_value(k, c), "a finite number");
-    if (!k.range.bounded()) continue;
-    double v = numeric_value(k, c);
-    if (!k.range.contains(v)) {
-      std::string text = k.kind == Kind::size ? format_bytes(static_cast<uint64_t>(v))
-                                               : toml_value(k, c);
-      out_of_range(kWhere, k, text, k.range.text());
-    }
+    if (in_range(k, c)) continue;
+    std::string value = toml_value(k, c);
+    if (k.kind == Kind::size && value.front() == '"') value = value.substr(1, value.size() - 2);
+    out_of_range(kWhere, k, value, k.range.bounded() ? range_text(k) : "a finite number");
   }
   const ModelConfig& m = c.model;
   if (m.dim % m.n_heads != 0)
@@ -873,9 +931,12 @@ void validate(const Config& c) {
     fail(kWhere,
          str("data.seq_len = ", c.data.seq_len, " exceeds model.max_seq_len = ", m.max_seq_len),
          "allowed: data.seq_len <= model.max_seq_len; raise model.max_seq_len or lower seq_len");
-  if (c.train.seed > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-    fail(kWhere, str("train.seed = ", c.train.seed, " is out of range; allowed: [0, 2^63)"),
-         "TOML integers are signed 64-bit");
+  if (const int64_t tokens = int64_t(c.data.micro_batch) * c.data.seq_len; tokens > kMaxTokens)
+    fail(kWhere,
+         str("data.micro_batch x data.seq_len = ", c.data.micro_batch, " x ", c.data.seq_len,
+             " = ", tokens, " tokens per micro-batch exceeds ", int64_t(kMaxTokens)),
+         "allowed: data.micro_batch x data.seq_len <= 16777216; lower either, and raise "
+         "train.grad_accum for as many tokens per step");
 
   const OffloadConfig& o = c.offload;
   if (o.grads == Tier::nvme)
@@ -902,11 +963,11 @@ void validate(const Config& c) {
              ", model.n_kv_heads = ", m.n_kv_heads, " and model.ffn_dim = ", m.ffn_dim),
          str("allowed parallel.tp: divisors of n_kv_heads ", m.n_kv_heads, ": ",
              divisors_text(m.n_kv_heads)));
-  if (p.pp > m.n_layers + 2)
+  if (const int64_t units = int64_t(m.n_layers) + 2; p.pp > units)
     fail(kWhere,
-         str("parallel.pp = ", p.pp, " exceeds the model's ", m.n_layers + 2,
-             " units (embedding, ", m.n_layers, " blocks, head)"),
-         str("allowed: parallel.pp <= model.n_layers + 2 = ", m.n_layers + 2));
+         str("parallel.pp = ", p.pp, " exceeds the model's ", units, " units (embedding, ",
+             m.n_layers, " blocks, head)"),
+         str("allowed: parallel.pp <= model.n_layers + 2 = ", units));
 }
 
 std::string config_to_toml(const Config& c) {
@@ -946,6 +1007,9 @@ std::string config_reference_markdown() {
          "effective configuration as TOML.\n\n";
   out += "- Unknown sections or keys, values of the wrong type, values out of range and "
          "impossible combinations are errors that name the key and what is allowed.\n";
+  out += "- Every number has a range (the allowed column). Shapes are bounded so that every "
+         "size derived from them fits in 64 bits and every dimension a kernel takes fits in a "
+         "32-bit int; widths are at least 4 times those of the largest public dense models.\n";
   out += "- Sizes are bytes: a plain integer, or a string with a binary suffix: `\"512M\"`, "
          "`\"2G\"`, `\"1.5T\"` (K = 1024).\n";
   out += "- In `--set`, a value is parsed by the key's type: `--set train.lr=1e-3`, "
@@ -959,10 +1023,8 @@ std::string config_reference_markdown() {
     out += "|---|---|---|---|---|\n";
     for (const Key& k : keys()) {
       if (k.section != s.name) continue;
-      std::string allowed = k.kind == Kind::choice ? quoted_list(k.choices, ", ")
-                            : k.kind == Kind::size && k.range.bounded()
-                                ? str(">= ", format_bytes(static_cast<uint64_t>(k.range.lo)))
-                                : k.range.text();
+      std::string allowed =
+          k.kind == Kind::choice ? quoted_list(k.choices, ", ") : range_text(k);
       out += str("| `", k.name, "` | ", type_text(k), " | `", escape_cell(toml_value(k, defaults)),
                  "` | ", escape_cell(allowed), " | ", escape_cell(k.meaning), " |\n");
     }
@@ -976,7 +1038,8 @@ std::string config_reference_markdown() {
          "`model.rope_original_max_position` to `\"llama3\"` only, where "
          "`rope_high_freq_factor > rope_low_freq_factor`. A key its rope type does not use must "
          "keep its default.\n";
-  out += "- `data.seq_len <= model.max_seq_len`.\n";
+  out += "- `data.seq_len <= model.max_seq_len`, and `data.micro_batch x data.seq_len <= "
+         "16777216` (2^24 tokens per micro-batch).\n";
   out += "- Raw text files and the built-in tasks are bytes: they need `model.vocab_size >= 256`; "
          "every token of a token file must be below `model.vocab_size`.\n";
   out += "- `offload.grads` can never be `\"nvme\"`; when `offload.optimizer` is off the "
@@ -989,7 +1052,6 @@ std::string config_reference_markdown() {
          "`io.block_size`.\n";
   out += "- `parallel.tp` divides `model.n_heads`, `model.n_kv_heads` and `model.ffn_dim`; "
          "`parallel.pp <= model.n_layers + 2`.\n";
-  out += "- `train.seed` is below 2^63 (TOML integers are signed).\n";
   return out;
 }
 

@@ -144,6 +144,10 @@ struct Config {
 // Defaults, then the TOML file (if path is not empty), then each "section.key=value" override.
 // Validates the result.
 Config load_config(const std::string& path, const std::vector<std::string>& overrides);
+// load_config on TOML text already in memory (empty text: the defaults); `origin` names the
+// text in error messages, like a path.
+Config parse_config(std::string_view toml_text, const std::string& origin,
+                    const std::vector<std::string>& overrides);
 // Applies one "section.key=value" (value parsed by the key's type; sizes accept "2G").
 void apply_override(Config& config, std::string_view assignment);
 // Impossible combinations, ranges, shapes (heads dividing dim, kv heads dividing heads, ...).

@@ -14,6 +14,7 @@
 #include <variant>
 
 #include "core/error.h"
+#include "core/size.h"
 #include "engine/builtin_tasks.h"
 #include "engine/file_util.h"
 
@@ -96,7 +97,8 @@ std::unique_ptr<TokenSource> open_token_file(const std::string& path, fileutil::
   if (count <= 0)
     fail(kWhere, str(path, ": token file holds ", count, " tokens; allowed: at least 1"));
   const uint64_t width = version == 1 ? 2 : 4;
-  const uint64_t expected = kHeaderBytes + static_cast<uint64_t>(count) * width;
+  const uint64_t expected = checked_add(
+      kHeaderBytes, checked_mul(static_cast<uint64_t>(count), width, "token bytes"), "file bytes");
   if (size != expected)
     fail(kWhere,
          str(path, ": ", size < expected ? "truncated" : "oversized", " token file: header says ",
@@ -250,7 +252,10 @@ void WindowSampler::windows(uint64_t first, int rows, int32_t* inputs, int32_t* 
   const uint64_t T = static_cast<uint64_t>(seq_len_);
   std::vector<int32_t> buf(T + 1);
   for (int r = 0; r < rows; ++r) {
-    source_.read(stream_window(first + static_cast<uint64_t>(r)) * T, T + 1, buf.data());
+    // Token w·T of the stream, wrapping around: exact in 128 bits for any window index.
+    using u128 = unsigned __int128;
+    const u128 at = static_cast<u128>(stream_window(first + uint64_t(r))) * T;
+    source_.read(static_cast<uint64_t>(at % source_.size()), T + 1, buf.data());
     std::memcpy(inputs + r * T, buf.data(), T * sizeof(int32_t));
     std::memcpy(targets + r * T, buf.data() + 1, T * sizeof(int32_t));
   }

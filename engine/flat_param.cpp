@@ -2,6 +2,7 @@
 #include "engine/flat_param.h"
 
 #include "core/error.h"
+#include "core/size.h"
 
 namespace strata {
 
@@ -10,17 +11,18 @@ void FlatLayout::add(std::string name, std::vector<int64_t> shape, bool is_norm)
   size_t n = 1;
   for (int64_t d : shape) {
     STRATA_CHECK(d > 0, "flat_param::add", "non-positive dimension in ", name);
-    n *= static_cast<size_t>(d);
+    n = checked_mul(n, static_cast<size_t>(d), [&] { return str("parameter ", name, " numel"); });
   }
-  views_.push_back(ParamView{std::move(name), std::move(shape), numel_, n, is_norm});
-  numel_ += n;
+  const size_t offset = numel_;
+  numel_ = checked_add(numel_, n, [&] { return str("unit numel with ", name); });
+  views_.push_back(ParamView{std::move(name), std::move(shape), offset, n, is_norm});
 }
 
 void FlatLayout::finalize(int dp) {
   STRATA_CHECK(dp >= 1, "flat_param::finalize", "dp = ", dp);
   dp_ = dp;
   size_t unit = kShardAlignElems * static_cast<size_t>(dp);
-  padded_ = (numel_ + unit - 1) / unit * unit;
+  padded_ = checked_add(numel_, unit - 1, "padded unit numel") / unit * unit;
   if (padded_ == 0) padded_ = unit;
   shard_ = padded_ / static_cast<size_t>(dp);
 }

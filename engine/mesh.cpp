@@ -9,14 +9,15 @@ Mesh make_mesh(Communicator& world, int dp, int tp, int pp) {
   const int n = world.size();
   if (tp < 1 || pp < 1 || dp < 0)
     fail("mesh::make", str("parallel sizes must be positive: dp ", dp, ", tp ", tp, ", pp ", pp));
+  const int64_t tp_pp = int64_t(tp) * pp;  // 64-bit: the config allows products beyond int
   if (dp == 0) {
-    if (n % (tp * pp) != 0)
-      fail("mesh::make", str(n, " ranks are not divisible by tp × pp = ", tp * pp),
+    if (n % tp_pp != 0)
+      fail("mesh::make", str(n, " ranks are not divisible by tp × pp = ", tp_pp),
            "launch a multiple of parallel.tp × parallel.pp ranks");
-    dp = n / (tp * pp);
+    dp = static_cast<int>(n / tp_pp);
   }
-  if (dp * tp * pp != n)
-    fail("mesh::make", str("parallel.dp × tp × pp = ", dp, " × ", tp, " × ", pp, " = ", dp * tp * pp,
+  if (dp * tp_pp != n)
+    fail("mesh::make", str("parallel.dp × tp × pp = ", dp, " × ", tp, " × ", pp, " = ", dp * tp_pp,
                            " but the run has ", n, " ranks"),
          "set parallel.dp = 0 to use every rank, or launch dp × tp × pp ranks");
   Mesh m;

@@ -4,8 +4,10 @@
 
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 
 #include "core/error.h"
+#include "core/size.h"
 #include "kernels/ops.h"
 #include "kernels/rope_tables.h"
 
@@ -37,7 +39,21 @@ double normal_at(uint64_t key, uint64_t index) {
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
 }
 
-int qkv_dim(const ModelConfig& c) { return (c.n_heads + 2 * c.n_kv_heads) * c.head_dim(); }
+// Rows of the fused q | k | v projection: (H + 2 KVH) × D, in 64 bits.
+int64_t qkv_dim(const ModelConfig& c) {
+  return checked_mul<int64_t>(int64_t(c.n_heads) + 2 * int64_t(c.n_kv_heads), c.head_dim(),
+                              "qkv_dim = (n_heads + 2 n_kv_heads) x head_dim");
+}
+
+// Element counts of activations: 64-bit and overflow-checked. A validated config always fits
+// (engine/config.cpp bounds it); a hand-built absurd shape is an Error, not a wrapped size.
+constexpr const char* kActFloats = "activation floats";
+uint64_t mul(uint64_t a, uint64_t b) { return checked_mul(a, b, kActFloats); }
+uint64_t sum(std::initializer_list<uint64_t> terms) {
+  uint64_t total = 0;
+  for (uint64_t t : terms) total = checked_add(total, t, kActFloats);
+  return total;
+}
 
 }  // namespace
 
@@ -83,7 +99,8 @@ LlamaModel::LlamaModel(const ModelConfig& c, int dp) : cfg_(c) {
 
 int64_t LlamaModel::num_params() const {
   int64_t n = 0;
-  for (const auto& u : units_) n += static_cast<int64_t>(u.layout.numel());
+  for (const auto& u : units_)
+    n = checked_add(n, checked_cast<int64_t>(u.layout.numel(), "unit numel"), "parameter count");
   return n;
 }
 
@@ -135,33 +152,46 @@ namespace {
 
 // Floats of one block's saved activations for N tokens.
 uint64_t block_act_floats(const ModelConfig& c, int B, int T) {
-  uint64_t N = uint64_t(B) * T, C = c.dim, F = c.ffn_dim, HD = uint64_t(c.n_heads) * c.head_dim();
-  return N * C * 3 + N * 2 + N * qkv_dim(c) + N * HD + uint64_t(B) * c.n_heads * T + N * 3 * F;
+  const uint64_t N = mul(B, T), C = c.dim, F = c.ffn_dim, HD = mul(c.n_heads, c.head_dim());
+  return sum({mul(N, 3 * C), 2 * N, mul(N, qkv_dim(c)), mul(N, HD), mul(mul(B, c.n_heads), T),
+              mul(N, 3 * F)});
 }
 
 constexpr uint64_t kAlignFloats = 64;  // 256 bytes between sub-arrays
-uint64_t pad(uint64_t n) { return (n + kAlignFloats - 1) / kAlignFloats * kAlignFloats; }
+uint64_t pad(uint64_t n) { return sum({n, kAlignFloats - 1}) / kAlignFloats * kAlignFloats; }
 
 }  // namespace
 
 uint64_t activation_bytes(const ModelConfig& c, int B, int T, bool ckpt) {
-  uint64_t N = uint64_t(B) * T, C = c.dim, F = c.ffn_dim, V = c.vocab_size;
-  uint64_t HD = uint64_t(c.n_heads) * c.head_dim();
-  uint64_t sets = ckpt ? 1 : uint64_t(c.n_layers);
-  uint64_t floats = sets * (block_act_floats(c, B, T) + 10 * kAlignFloats);
-  floats += (uint64_t(c.n_layers) + 1) * pad(N * C);                  // residual stream
-  floats += pad(N * C) + pad(N) + pad(N * V) + pad(N);                // head
-  floats += pad(N * C) * 2 + pad(N * HD) + pad(N * qkv_dim(c)) + pad(N * 2 * F) + pad(N * F);
-  floats += pad(uint64_t(T) * c.head_dim());                          // rope cos | sin tables
-  return floats * 4 + 2 * pad(N) * 4 + 4096;                          // tokens, loss slots
+  STRATA_CHECK(B > 0 && T > 0, "model::activation_bytes", "B = ", B, ", T = ", T);
+  const uint64_t N = mul(B, T), C = c.dim, F = c.ffn_dim, V = c.vocab_size;
+  const uint64_t HD = mul(c.n_heads, c.head_dim());
+  const uint64_t sets = ckpt ? 1 : uint64_t(c.n_layers);
+  const uint64_t floats = sum({
+      mul(sets, sum({block_act_floats(c, B, T), 10 * kAlignFloats})),
+      mul(uint64_t(c.n_layers) + 1, pad(mul(N, C))),                     // residual stream
+      pad(mul(N, C)), pad(N), pad(mul(N, V)), pad(N),                     // head
+      mul(pad(mul(N, C)), 2), pad(mul(N, HD)), pad(mul(N, qkv_dim(c))),  // backward scratch
+      pad(mul(N, 2 * F)), pad(mul(N, F)),
+      pad(mul(uint64_t(T), c.head_dim())),                                // rope cos | sin tables
+  });
+  return checked_add(mul(sum({floats, 2 * pad(N)}), 4), uint64_t(4096),  // tokens, loss slots
+                     "activation bytes");
 }
 
 ModelRunner::ModelRunner(const LlamaModel& model, Device& device, int B, int T, bool ckpt,
                          int max_heads)
     : model_(model), device_(device), B_(B), T_(T), ckpt_(ckpt), max_heads_(max_heads) {
   const ModelConfig& c = model.config();
-  const uint64_t N = uint64_t(B) * T, C = c.dim, F = c.ffn_dim, V = c.vocab_size;
-  const uint64_t HD = uint64_t(c.n_heads) * c.head_dim(), QKV = qkv_dim(c);
+  STRATA_CHECK(B > 0 && T > 0 && max_heads > 0, "model::runner", "B = ", B, ", T = ", T,
+               ", max_heads = ", max_heads);
+  const uint64_t N = mul(B, T), C = c.dim, F = c.ffn_dim, V = c.vocab_size;
+  const uint64_t HD = mul(c.n_heads, c.head_dim()), QKV = qkv_dim(c);
+  // The kernels take these as int (forward and backward narrow them unchecked).
+  (void)checked_cast<int>(N, "tokens per micro-batch (B x T)");
+  (void)checked_cast<int>(QKV, "qkv_dim");
+  (void)checked_cast<int>(2 * F, "2 x ffn_dim");
+  (void)activation_bytes(c, B, T, ckpt);  // every size below fits in 64 bits
 
   auto alloc = [&](uint64_t floats, const char* what) {
     buffers_.push_back(device.alloc(floats * 4, what));
@@ -243,7 +273,7 @@ void ModelRunner::block_forward(Stream& s, int layer, const float* p, BlockActs&
   const ModelConfig& c = model_.config();
   Ops& ops = device_.ops();
   const int N = B_ * T_, C = c.dim, F = c.ffn_dim, H = c.n_heads, KVH = c.n_kv_heads;
-  const int D = c.head_dim(), HD = H * D, QKV = qkv_dim(c);
+  const int D = c.head_dim(), HD = H * D, QKV = int(qkv_dim(c));  // int: checked at construction
   const FlatLayout& L = model_.unit(1 + layer).layout;
   const std::string pre = str("model.layers.", layer, ".");
   const float* w_ln1 = p + L.view(pre + "input_layernorm.weight").offset;
@@ -306,7 +336,7 @@ void ModelRunner::backward(Stream& s, int u, const float* p, float* g, float dlo
   const ModelConfig& c = model_.config();
   Ops& ops = device_.ops();
   const int N = B_ * T_, C = c.dim, V = c.vocab_size, F = c.ffn_dim, H = c.n_heads;
-  const int KVH = c.n_kv_heads, D = c.head_dim(), HD = H * D, QKV = qkv_dim(c);
+  const int KVH = c.n_kv_heads, D = c.head_dim(), HD = H * D, QKV = int(qkv_dim(c));
   const UnitSpec& unit = model_.unit(u);
   const FlatLayout& L = unit.layout;
 

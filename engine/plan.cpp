@@ -18,6 +18,12 @@
 namespace strata {
 namespace {
 
+// Byte counts of the plan: 64-bit and overflow-checked, so an absurd shape or rank count is an
+// Error rather than a wrapped total that "fits".
+constexpr const char* kPlanBytes = "memory plan bytes";
+uint64_t mul(uint64_t a, uint64_t b) { return checked_mul(a, b, kPlanBytes); }
+uint64_t add(uint64_t a, uint64_t b) { return checked_add(a, b, kPlanBytes); }
+
 uint64_t free_bytes(const std::string& dir) {
   std::error_code ec;
   std::filesystem::path p(dir);
@@ -32,7 +38,7 @@ uint64_t free_bytes(const std::string& dir) {
 uint64_t MemoryPlan::tier_bytes(const std::string& tier) const {
   uint64_t b = 0;
   for (const auto& r : rows)
-    if (r.tier == tier) b += r.bytes;
+    if (r.tier == tier) b = add(b, r.bytes);
   return b;
 }
 
@@ -47,59 +53,64 @@ MemoryPlan plan_memory(const Config& c, int dp, const PlanMachine& machine) {
   const ZeroOptions zo = zero_options(c);
   MemoryPlan p;
   p.params = model.num_params();
-  p.ranks_here = machine.ranks_here > 0 ? machine.ranks_here : dp * c.parallel.tp * c.parallel.pp;
+  p.ranks_here = machine.ranks_here > 0
+                     ? machine.ranks_here
+                     : checked_cast<int>(int64_t(dp) * c.parallel.tp * c.parallel.pp,
+                                         "ranks = dp x tp x pp");
 
   uint64_t shard = 0, full = 0, max_shard = 0;
   for (const auto& u : model.units()) {
-    shard += u.layout.shard_numel();
+    shard = add(shard, u.layout.shard_numel());
     full = std::max<uint64_t>(full, u.layout.padded_numel());
     max_shard = std::max<uint64_t>(max_shard, u.layout.shard_numel());
   }
   const bool bf16 = c.train.precision == Precision::bf16;
   const uint64_t esz = bf16 ? 2 : 4;
   const Tier grads = effective_grads_tier(zo);
-  auto add = [&](Tier t, const std::string& what, uint64_t bytes, bool pinned = false) {
+  auto row = [&](Tier t, const std::string& what, uint64_t bytes, bool pinned = false) {
     if (bytes == 0) return;
     std::string tier = t == Tier::device ? "device" : t == Tier::nvme ? "nvme" : pinned ? "pinned" : "host";
     p.rows.push_back(PlanRow{tier, what, bytes});
   };
 
   // Shards.
-  add(zo.optimizer, "master weights (f32 shard)", shard * 4);
-  add(zo.optimizer, "AdamW m and v (f32 shards)", shard * 8);
-  add(grads, "gradients (f32 shard)", shard * 4, true);
+  row(zo.optimizer, "master weights (f32 shard)", mul(shard, 4));
+  row(zo.optimizer, "AdamW m and v (f32 shards)", mul(shard, 8));
+  row(grads, "gradients (f32 shard)", mul(shard, 4), true);
   if (!zero_param_is_master(zo))
-    add(zo.params, bf16 ? "compute copy (bf16 shard)" : "compute copy (f32 shard)", shard * esz, true);
+    row(zo.params, bf16 ? "compute copy (bf16 shard)" : "compute copy (f32 shard)", mul(shard, esz), true);
   // The gathered working set.
   if (!zero_direct_params(zo, dp)) {
     uint64_t slots = uint64_t(zero_param_slots(zo, model.num_units()));
-    uint64_t per = full * (bf16 ? 6 : 4) + (dp > 1 && zo.params != Tier::device ? max_shard * esz : 0);
-    add(Tier::device, str("gathered parameters (", slots, " units)"), slots * per);
+    uint64_t per = add(mul(full, bf16 ? 6 : 4),
+                       dp > 1 && zo.params != Tier::device ? mul(max_shard, esz) : 0);
+    row(Tier::device, str("gathered parameters (", slots, " units)"), mul(slots, per));
   }
   if (!zero_aliased_grads(zo, dp)) {
     uint64_t slots = uint64_t(zero_grad_slots(zo));
-    add(Tier::device, str("full gradients (", slots, " units)"), slots * full * 4);
-    if (dp > 1) add(Tier::device, "reduce-scatter result (1 shard)", max_shard * 4);
+    row(Tier::device, str("full gradients (", slots, " units)"), mul(mul(slots, full), 4));
+    if (dp > 1) row(Tier::device, "reduce-scatter result (1 shard)", mul(max_shard, 4));
   }
-  add(Tier::device, "activations (one micro-batch)",
+  row(Tier::device, "activations (one micro-batch)",
       activation_bytes(c.model, c.data.micro_batch, c.data.seq_len, c.zero.activation_checkpointing));
   // Pinned staging pools.
   uint64_t pools = 0;
   if (zero_chunk_io(zo)) {
-    uint64_t b = 12 * zero_chunk_bytes(zo, max_shard);
-    add(Tier::host, "NVMe optimizer pipeline staging (3 sets x 4 chunks)", b, true);
-    pools += b;
+    uint64_t b = mul(12, zero_chunk_bytes(zo, max_shard));
+    row(Tier::host, "NVMe optimizer pipeline staging (3 sets x 4 chunks)", b, true);
+    pools = add(pools, b);
   }
   if (zero_nvme_params(zo)) {
-    uint64_t want = uint64_t(c.offload.prefetch + 1) * max_shard * esz;
+    const uint64_t shard_bytes = mul(max_shard, esz);
+    uint64_t want = mul(uint64_t(c.offload.prefetch) + 1, shard_bytes);
     uint64_t b = want;
     if (c.offload.pinned_mem_limit) {
       uint64_t left = c.offload.pinned_mem_limit > pools ? c.offload.pinned_mem_limit - pools : 0;
-      b = std::min(want, left / (max_shard * esz) * (max_shard * esz));
-      b = std::max(b, max_shard * esz);  // at least one (the check below reports the shortfall)
+      b = std::min(want, left / shard_bytes * shard_bytes);
+      b = std::max(b, shard_bytes);  // at least one (the check below reports the shortfall)
     }
-    add(Tier::host, str("NVMe parameter read-ahead staging (", b / (max_shard * esz), " shards)"), b, true);
-    pools += b;
+    row(Tier::host, str("NVMe parameter read-ahead staging (", b / shard_bytes, " shards)"), b, true);
+    pools = add(pools, b);
   }
 
   // Checks.
@@ -109,14 +120,15 @@ MemoryPlan plan_memory(const Config& c, int dp, const PlanMachine& machine) {
   p.checks.push_back({"device memory per rank", device_need, device_limit,
                       c.offload.device_mem_limit ? "offload.device_mem_limit" : "the device's size"});
   if (c.offload.pinned_mem_limit && pools > 0) {
-    uint64_t min_pools = (zero_chunk_io(zo) ? 12 * zero_chunk_bytes(zo, max_shard) : 0) +
-                         (zero_nvme_params(zo) ? max_shard * esz : 0);
+    uint64_t min_pools = add(zero_chunk_io(zo) ? mul(12, zero_chunk_bytes(zo, max_shard)) : 0,
+                             zero_nvme_params(zo) ? mul(max_shard, esz) : 0);
     p.checks.push_back({"pinned staging per rank (at least one unit)", min_pools,
                         c.offload.pinned_mem_limit, "offload.pinned_mem_limit"});
   }
   const uint64_t ram = machine.host_memory ? machine.host_memory : physical_memory_bytes();
-  uint64_t host_need = (p.tier_bytes("host") + p.tier_bytes("pinned") +
-                        (machine.device_is_host_memory ? device_need : 0)) * uint64_t(p.ranks_here);
+  uint64_t host_need = mul(add(add(p.tier_bytes("host"), p.tier_bytes("pinned")),
+                               machine.device_is_host_memory ? device_need : 0),
+                           uint64_t(p.ranks_here));
   p.checks.push_back({str("host memory of ", p.ranks_here, " rank(s)",
                           machine.device_is_host_memory ? " (CPU device memory included)" : ""),
                       host_need, ram, "this machine's RAM"});
@@ -125,10 +137,10 @@ MemoryPlan plan_memory(const Config& c, int dp, const PlanMachine& machine) {
     uint64_t free_total = 0;
     std::string dirs;
     for (const auto& d : c.offload.nvme_path) {
-      free_total += free_bytes(d);
+      free_total = add(free_total, free_bytes(d));
       dirs += (dirs.empty() ? "" : ", ") + d;
     }
-    p.checks.push_back({str("NVMe swap of ", p.ranks_here, " rank(s)"), nvme * uint64_t(p.ranks_here),
+    p.checks.push_back({str("NVMe swap of ", p.ranks_here, " rank(s)"), mul(nvme, uint64_t(p.ranks_here)),
                         free_total, str("free space in ", dirs)});
   }
   return p;

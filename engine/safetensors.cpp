@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/size.h"
 #include "engine/file_util.h"
 
 namespace strata {
@@ -59,7 +60,10 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 
 int64_t TensorInfo::numel() const {
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  for (int64_t d : shape) {
+    if (d < 0) fail("safetensors::numel", str("tensor '", name, "' has shape ", shape_text(shape)));
+    n = checked_mul(n, d, [&] { return str("tensor '", name, "' shape ", shape_text(shape)); });
+  }
   return n;
 }
 
@@ -153,17 +157,20 @@ void SafetensorsReader::Impl::add_shard(const std::string& file, bool keep_metad
       if (dtype == d.name) found = &d;
     if (!found) bad(str("dtype '", dtype, "' is not supported; allowed: F32, BF16, F16, I32, I64"));
     e.info.dtype = found->dtype;
-    uint64_t numel = 1;
     for (const auto& d : v["shape"]) {
       if (!d.is_number_unsigned()) bad(str("shape ", v["shape"].dump(), " must hold non-negative integers"));
-      uint64_t dim = d.get<uint64_t>();
-      if (dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ||
-          __builtin_mul_overflow(numel, dim, &numel))
-        bad(str("shape ", v["shape"].dump(), " overflows"));
-      e.info.shape.push_back(static_cast<int64_t>(dim));
+      if (d.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+        bad(str("shape ", v["shape"].dump(), " overflows int64"));
+      e.info.shape.push_back(d.get<int64_t>());
     }
-    uint64_t nbytes = 0;
-    if (__builtin_mul_overflow(numel, found->bytes, &nbytes)) bad("shape overflows");
+    // numel() as every later reader computes it (int64, checked at each step), then bytes.
+    uint64_t numel = 0, nbytes = 0;
+    try {
+      numel = static_cast<uint64_t>(e.info.numel());
+      nbytes = checked_mul(numel, found->bytes, "bytes");
+    } catch (const Error&) {
+      bad(str("shape ", v["shape"].dump(), " overflows: more elements or bytes than 64 bits hold"));
+    }
     const auto& off = v["data_offsets"];
     if (!off[0].is_number_unsigned() || !off[1].is_number_unsigned())
       bad(str("data_offsets ", off.dump(), " must be non-negative integers"));
@@ -278,13 +285,14 @@ void SafetensorsReader::read_f32(const std::string& name, float* out, int64_t of
                                  int64_t count) const {
   const Impl::Entry& e = impl_->entry(name);
   const int64_t numel = e.info.numel();
-  if (count < 0) count = numel - offset;
-  if (offset < 0 || count < 0 || offset + count > numel)
-    fail(kRead, str(impl_->path, ": tensor '", name, "': elements [", offset, ", ", offset + count,
-                    ") out of range; it has ", numel));
+  if (offset >= 0 && offset <= numel && count < 0) count = numel - offset;  // the rest
+  if (offset < 0 || offset > numel || count < 0 || count > numel - offset)  // no offset + count
+    fail(kRead, str(impl_->path, ": tensor '", name, "': ", count, " elements from ", offset,
+                    " are out of range; it has ", numel));
   if (!is_float(e.info.dtype))
     fail(kRead, str(impl_->path, ": tensor '", name, "' is ", dtype_text(e.info.dtype),
                     "; read_f32 reads F32, BF16 or F16 tensors"));
+  if (count == 0) return;  // `out` may be null for an empty tensor
   const uint64_t esize = element_bytes(e.info.dtype);
   const uint8_t* src = impl_->data(e) + static_cast<uint64_t>(offset) * esize;
   if (e.info.dtype == StDType::f32) {
@@ -310,7 +318,7 @@ void SafetensorsReader::read_i32(const std::string& name, int32_t* out) const {
   const int64_t numel = e.info.numel();
   const uint8_t* src = impl_->data(e);
   if (e.info.dtype == StDType::i32) {
-    std::memcpy(out, src, static_cast<size_t>(numel) * 4);
+    if (numel > 0) std::memcpy(out, src, static_cast<size_t>(numel) * 4);  // out may be null if 0
   } else if (e.info.dtype == StDType::i64) {
     for (int64_t i = 0; i < numel; ++i) {
       int64_t v;
@@ -366,11 +374,13 @@ SafetensorsWriter::SafetensorsWriter(const std::string& path,
       fail(kWrite, str(path, ": tensor name '", t.name, "' is empty, reserved or repeated"));
     for (int64_t d : t.shape)
       if (d < 0) fail(kWrite, str(path, ": tensor '", t.name, "' has shape ", shape_text(t.shape)));
-    const uint64_t bytes = static_cast<uint64_t>(t.numel()) * element_bytes(t.dtype);
+    const uint64_t bytes = checked_mul(static_cast<uint64_t>(t.numel()), element_bytes(t.dtype),
+                                       [&] { return str(path, ": tensor '", t.name, "' bytes"); });
+    const uint64_t end = checked_add(offset, bytes, [&] { return str(path, ": data section"); });
     header[t.name] = {{"dtype", dtype_text(t.dtype)},
                       {"shape", t.shape},
-                      {"data_offsets", {offset, offset + bytes}}};
-    offset += bytes;
+                      {"data_offsets", {offset, end}}};
+    offset = end;
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // data starts 8-byte aligned
@@ -407,7 +417,7 @@ void SafetensorsWriter::write_f32(const std::string& name, const float* data, in
 
 void SafetensorsWriter::write_raw(const std::string& name, const void* data, uint64_t bytes) {
   const TensorInfo& t = impl_->expect(name);
-  const uint64_t want = static_cast<uint64_t>(t.numel()) * element_bytes(t.dtype);
+  const uint64_t want = static_cast<uint64_t>(t.numel()) * element_bytes(t.dtype);  // checked at open
   if (bytes != want)
     fail(kWrite, str(impl_->path, ": tensor '", name, "' ", dtype_text(t.dtype), " ",
                      shape_text(t.shape), " needs ", want, " bytes, got ", bytes));

@@ -4,6 +4,7 @@
 
 #include <bit>
 #include <filesystem>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "engine/config.h"
@@ -108,15 +109,87 @@ TEST(Config, WrongTypeNamesKeyExpectedTypeAndValue) {
 }
 
 TEST(Config, OutOfRangeNamesTheAllowedRange) {
-  EXPECT_ERROR_HAS(load_text("[model]\ndim = 0\n"), "model.dim = 0", "allowed: >= 1");
+  EXPECT_ERROR_HAS(load_text("[model]\ndim = 0\n"), "model.dim = 0", "allowed: [1, 65536]");
   EXPECT_ERROR_HAS(load_text("[train]\nbeta1 = 1.0\n"), "train.beta1", "allowed: [0, 1)");
-  EXPECT_ERROR_HAS(load_text("[train]\nlr = 0\n"), "train.lr", "allowed: > 0");
+  EXPECT_ERROR_HAS(load_text("[train]\nlr = 0\n"), "train.lr", "allowed: (0, 10]");
   EXPECT_ERROR_HAS(load_text("[train]\nlr = nan\n"), "train.lr");
-  EXPECT_ERROR_HAS(load_text("[train]\ngrad_accum = 0\n"), "train.grad_accum", ">= 1");
-  EXPECT_ERROR_HAS(load_text("[data]\nmicro_batch = -2\n"), "data.micro_batch", ">= 1");
-  EXPECT_ERROR_HAS(load_text("[io]\nblock_size = 1000\n"), "io.block_size", ">= 4096");
+  EXPECT_ERROR_HAS(load_text("[train]\ngrad_accum = 0\n"), "train.grad_accum", "[1, 65536]");
+  EXPECT_ERROR_HAS(load_text("[data]\nmicro_batch = -2\n"), "data.micro_batch", "[1, 65535]");
+  EXPECT_ERROR_HAS(load_text("[io]\nblock_size = 1000\n"), "io.block_size", "[4K, 1G]");
   EXPECT_ERROR_HAS(load_text("[io]\nblock_size = 6000\n"), "io.block_size", "multiple of 4096");
-  EXPECT_ERROR_HAS(load_text("[train]\nseed = -1\n"), "train.seed");
+  EXPECT_ERROR_HAS(load_text("[train]\nseed = -1\n"), "train.seed", "[0, 2^63)");
+}
+
+// Values that used to pass and then loop for ever or overflow an int are range errors naming
+// the key, the value and the range.
+TEST(Config, HugeValuesAreRangeErrors) {
+  EXPECT_ERROR_HAS(load_config("", {"zero.prefetch=2147483647"}), "zero.prefetch = 2147483647",
+                   "allowed: [0, 64]");
+  EXPECT_ERROR_HAS(load_config("", {"offload.prefetch=65"}), "offload.prefetch = 65", "[0, 64]");
+  EXPECT_ERROR_HAS(load_config("", {"train.grad_accum=2147483647"}),
+                   "train.grad_accum = 2147483647", "allowed: [1, 65536]");
+  EXPECT_ERROR_HAS(load_config("", {"eval.batches=2147483647"}), "eval.batches = 2147483647",
+                   "allowed: [0, 1000000]");
+  EXPECT_ERROR_HAS(load_config("", {"model.n_layers=2147483647", "parallel.pp=2"}),
+                   "model.n_layers = 2147483647", "allowed: [1, 4096]");
+  EXPECT_ERROR_HAS(load_config("", {"train.steps=1000000001"}), "train.steps", "1000000000]");
+  EXPECT_ERROR_HAS(load_config("", {"model.vocab_size=16777217"}), "model.vocab_size",
+                   "[1, 16777216]");
+  EXPECT_ERROR_HAS(load_config("", {"train.lr=11"}), "train.lr = 11.0", "(0, 10]");
+  EXPECT_ERROR_HAS(load_config("", {"model.rope_theta=1e13"}), "model.rope_theta", "[1, 1e12]");
+  EXPECT_ERROR_HAS(load_config("", {"offload.optimizer_chunk=8G"}),
+                   "offload.optimizer_chunk = 8G", "allowed: [4K, 4G]");
+  EXPECT_ERROR_HAS(load_config("", {"offload.device_mem_limit=18446744073709551615"}),
+                   "offload.device_mem_limit = 18446744073709551615", "allowed: [0, 1024T]");
+  EXPECT_ERROR_HAS(load_config("", {"io.queue_depth=4097"}), "io.queue_depth", "[1, 4096]");
+  EXPECT_ERROR_HAS(load_config("", {"model.dim=2147483648"}), "model.dim = 2147483648",
+                   "[1, 65536]");
+  // The bounds themselves are allowed.
+  EXPECT_NO_THROW(load_config("", {"zero.prefetch=64", "train.grad_accum=65536",
+                                   "eval.batches=1000000", "model.n_layers=4096",
+                                   "parallel.pp=4098", "offload.optimizer_chunk=4G"}));
+  Config c;
+  c.train.seed = uint64_t(1) << 63;  // only reachable from code: TOML integers are signed
+  EXPECT_ERROR_HAS(validate(c), "train.seed = 9223372036854775808", "[0, 2^63)");
+  c.train.seed = (uint64_t(1) << 63) - 1;
+  EXPECT_NO_THROW(validate(c));
+}
+
+TEST(Config, TokensPerMicroBatchAndUnitsAreBounded) {
+  EXPECT_ERROR_HAS(
+      load_config("", {"model.max_seq_len=16777216", "data.seq_len=8388608", "data.micro_batch=3"}),
+      "data.micro_batch x data.seq_len = 3 x 8388608 = 25165824", "16777216");
+  EXPECT_NO_THROW(
+      load_config("", {"model.max_seq_len=16777216", "data.seq_len=8388608", "data.micro_batch=2"}));
+  EXPECT_ERROR_HAS(load_config("", {"model.n_layers=4096", "parallel.pp=4098", "parallel.pp=4099"}),
+                   "parallel.pp = 4099", "[1, 4098]");
+  EXPECT_ERROR_HAS(load_config("", {"model.n_layers=2", "parallel.pp=5"}), "parallel.pp = 5",
+                   "model.n_layers + 2 = 4");
+}
+
+// A --set string becomes TOML (config_to_toml) and JSON (manifests, metrics): UTF-8 only.
+TEST(Config, SetStringsMustBeUtf8) {
+  const std::string name = "donn\xc3\xa9" "es \xe2\x82\xac \xf0\x9f\x98\x80.txt";  // é € 😀
+  EXPECT_EQ(load_config("", {"data.path=" + name}).data.path, name);
+  for (const char* bad : {"\xff", "a\xc3", "\xc0\x80", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\x80"}) {
+    SCOPED_TRACE(bad);
+    EXPECT_ERROR_HAS(load_config("", {std::string("data.path=") + bad}), "data.path",
+                     "not UTF-8");
+    EXPECT_ERROR_HAS(load_config("", {std::string("offload.nvme_path=/a,") + bad}),
+                     "offload.nvme_path", "not UTF-8");
+  }
+}
+
+TEST(Config, ParallelTimeout) {
+  EXPECT_EQ(Config{}.parallel.timeout, 600.0);
+  EXPECT_EQ(load_config("", {"parallel.timeout=30.5"}).parallel.timeout, 30.5);
+  EXPECT_EQ(load_text("[parallel]\ntimeout = 86400\n").parallel.timeout, 86400.0);
+  EXPECT_ERROR_HAS(load_config("", {"parallel.timeout=0"}), "parallel.timeout = 0.0",
+                   "allowed: [1, 86400]");
+  EXPECT_ERROR_HAS(load_config("", {"parallel.timeout=1e5"}), "parallel.timeout", "[1, 86400]");
+  EXPECT_ERROR_HAS(load_config("", {"parallel.timeout=inf"}), "parallel.timeout");
+  EXPECT_ERROR_HAS(load_config("", {"parallel.timeout=fast"}), "parallel.timeout", "a number");
+  EXPECT_NE(config_to_toml(Config{}).find("timeout = 600.0"), std::string::npos);
 }
 
 TEST(Config, ImpossibleShapesNameBothKeys) {
@@ -261,9 +334,9 @@ rope_original_max_position = 8192
   EXPECT_ERROR_HAS(load_config("", {"model.rope_type=yarn"}), "model.rope_type", "\"yarn\"",
                    "\"default\", \"linear\", \"llama3\"");
   EXPECT_ERROR_HAS(load_config("", {"model.rope_type=linear", "model.rope_factor=0"}),
-                   "model.rope_factor = 0.0", "out of range", "> 0");
+                   "model.rope_factor = 0.0", "out of range", "[1e-06, 1e6]");
   EXPECT_ERROR_HAS(load_config("", {"model.rope_original_max_position=0"}),
-                   "model.rope_original_max_position", ">= 1");
+                   "model.rope_original_max_position", "[1, 16777216]");
   // a setting its rope type would ignore is an error
   EXPECT_ERROR_HAS(load_config("", {"model.rope_factor=8"}), "model.rope_factor = 8",
                    "no effect with model.rope_type = \"default\"");
@@ -295,6 +368,27 @@ TEST(Config, SyntaxErrorsAndMissingFiles) {
   EXPECT_ERROR_HAS(load_text("[model\ndim = 3\n"), "run.toml:1:");
   EXPECT_ERROR_HAS(load_config("/nonexistent/strata.toml", {}), "/nonexistent/strata.toml",
                    "cannot open");
+}
+
+// Every number a user can set has a documented range: the "allowed" column of its row.
+TEST(Config, EveryNumericKeyHasARange) {
+  std::istringstream md(config_reference_markdown());
+  int numeric = 0;
+  for (std::string line; std::getline(md, line);) {
+    // | `key` | type | `default` | allowed | meaning |
+    if (line.rfind("| `", 0) != 0) continue;
+    std::vector<std::string> cells;
+    for (size_t at = 1, next; (next = line.find(" | ", at)) != std::string::npos; at = next + 2)
+      cells.push_back(line.substr(at + 1, next - at - 1));
+    ASSERT_GE(cells.size(), 4u) << line;
+    if (cells[1] != "int" && cells[1] != "float" && cells[1] != "size") continue;
+    ++numeric;
+    const std::string& allowed = cells[3];  // "[lo, hi]", "(lo, hi]", "[lo, hi)"
+    EXPECT_TRUE(!allowed.empty() && (allowed.front() == '[' || allowed.front() == '(') &&
+                allowed.find(", ") != std::string::npos)
+        << "not a range with both bounds: " << line;
+  }
+  EXPECT_GE(numeric, 35);
 }
 
 TEST(Config, ReferenceDocumentsEveryKey) {

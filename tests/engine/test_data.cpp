@@ -91,6 +91,22 @@ TEST(Data, WindowContractWithWrapAround) {
   EXPECT_EQ(tg[7], 1004);
 }
 
+// The contract holds for any window index: w·T is taken modulo the stream exactly, even when
+// w·T does not fit in 64 bits (2^62 + 3 windows of 8 tokens: 2^65 + 24, 256 modulo 1000).
+TEST(Data, WindowPositionIsExactForHugeIndices) {
+  CountingSource src(1000);
+  WindowSampler s(src, 8, /*shuffle=*/false, /*seed=*/1);
+  std::vector<int32_t> in(8), tg(8);
+  for (uint64_t w : {(uint64_t(1) << 62) + 3, ~uint64_t(0), uint64_t(0x123456789abcdef)}) {
+    const auto start = static_cast<uint64_t>(static_cast<unsigned __int128>(w) * 8 % 1000);
+    s.window(w, in.data(), tg.data());
+    EXPECT_EQ(in[0], int32_t(start)) << w;
+    EXPECT_EQ(tg[7], int32_t((start + 8) % 1000)) << w;
+  }
+  s.window((uint64_t(1) << 62) + 3, in.data(), tg.data());
+  EXPECT_EQ(in[0], 256);
+}
+
 TEST(Data, ShuffleIsADeterministicPermutationPerEpoch) {
   const int T = 4;
   for (uint64_t W : {1ull, 2ull, 3ull, 5ull, 7ull, 12ull, 100ull, 1000ull, 4097ull}) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -185,6 +186,36 @@ TEST(Safetensors, CorruptedHeadersNameTheFile) {
   check("fields.safetensors", raw_file(R"({"t":{"dtype":"F32","shape":[1]}})", 4),
         {"'t'", "data_offsets"});
   check("meta.safetensors", raw_file(R"({"__metadata__":{"a":1}})", 0), {"__metadata__"});
+}
+
+// Element and byte counts are int64 / uint64 and checked: a shape whose product overflows at
+// any step is refused by the reader, by numel() and by the writer; a read range is checked
+// without computing offset + count.
+TEST(Safetensors, SizesAreChecked64Bit) {
+  const std::string dir = scratch_dir();
+  // 2^62 x 2 overflows int64 before the 0 makes the product 0: numel() could not compute it.
+  const std::string zero_after_overflow = dir + "/zero_after_overflow.safetensors";
+  write_bytes(zero_after_overflow,
+              raw_file(R"({"t":{"dtype":"F32","shape":[4611686018427387904,2,0],)"
+                       R"("data_offsets":[0,0]}})", 0));
+  EXPECT_ERROR_HAS(SafetensorsReader{zero_after_overflow}, "'t'", "overflows");
+  EXPECT_ERROR_HAS((TensorInfo{"huge", StDType::f32, {int64_t(1) << 62, 4}}.numel()),
+                   "tensor 'huge'", "does not fit in int64");
+  EXPECT_ERROR_HAS((TensorInfo{"neg", StDType::f32, {2, -1}}.numel()), "tensor 'neg'");
+  EXPECT_ERROR_HAS(SafetensorsWriter(dir + "/w.safetensors",
+                                     {{"bytes", StDType::f32, {int64_t(1) << 61, 2}}}),
+                   "tensor 'bytes' bytes", "does not fit in uint64");
+
+  const std::string ok = dir + "/ok.safetensors";
+  write_bytes(ok, raw_file(R"({"t":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", 16));
+  SafetensorsReader r(ok);
+  float out[4];
+  EXPECT_NO_THROW(r.read_f32("t", out, 4, 0));
+  EXPECT_NO_THROW(r.read_f32("t", nullptr, 2, 0));
+  EXPECT_ERROR_HAS(r.read_f32("t", out, 1, INT64_MAX), "'t'", "out of range", "it has 4");
+  EXPECT_ERROR_HAS(r.read_f32("t", out, INT64_MAX, 1), "'t'", "out of range");
+  EXPECT_ERROR_HAS(r.read_f32("t", out, INT64_MIN, -1), "'t'", "out of range");
+  EXPECT_ERROR_HAS(r.read_f32("t", out, 5), "'t'", "out of range");
 }
 
 TEST(Safetensors, WriterIsAtomic) {
