@@ -27,6 +27,7 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kManifest = "manifest.json";
+constexpr const char* kManifestSum = "manifest.xxh64";  // "<hash>  manifest.json", xxhsum's format
 constexpr const char* kLatest = "latest";
 constexpr const char* kFormat = "strata-checkpoint";
 
@@ -305,6 +306,16 @@ std::string resolve_checkpoint(const std::string& dir) {
 CheckpointManifest read_manifest(const std::string& step_dir) {
   const std::string path = (fs::path(step_dir) / kManifest).string();
   const std::string text = fileutil::read_file(path, "checkpoint::manifest");
+  // manifest.xxh64 holds the manifest's hash (in xxhsum's format: `xxhsum -c manifest.xxh64`).
+  const std::string sum_path = (fs::path(step_dir) / kManifestSum).string();
+  const std::string sum = fileutil::read_file(sum_path, "checkpoint::manifest");
+  const std::string want = sum.substr(0, std::min<size_t>(16, sum.size()));
+  const std::string got = hash_hex(XXH64(text.data(), text.size(), 0));
+  if (sum.size() < 16 || want != got)
+    fail("checkpoint::verify",
+         str("'", path, "' is damaged: its xxHash64 is ", got, " but '", sum_path, "' recorded '", want, "'"),
+         "the manifest changed after the save; resume from an earlier step_N folder, which the run "
+         "will not do by itself");
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
@@ -323,7 +334,12 @@ void commit_checkpoint(const std::string& root, const CheckpointManifest& manife
   const std::string tmp = (fs::path(root) / (name + ".tmp")).string();
   const std::string final_dir = (fs::path(root) / name).string();
   if (hook) hook("manifest", manifest.step);
-  fileutil::write_file_atomic((fs::path(tmp) / kManifest).string(), manifest.to_json().dump(1), where);
+  const std::string text = manifest.to_json().dump(1) + "\n";
+  // The manifest's own checksum goes first: a folder counts as complete once manifest.json is
+  // there, and a complete folder always has both.
+  fileutil::write_file_atomic((fs::path(tmp) / kManifestSum).string(),
+                              hash_hex(XXH64(text.data(), text.size(), 0)) + "  " + kManifest + "\n", where);
+  fileutil::write_file_atomic((fs::path(tmp) / kManifest).string(), text, where);
   sync_dir(tmp, where);
   if (hook) hook("rename", manifest.step);
   std::error_code ec;

@@ -16,6 +16,7 @@
 #include "core/trace.h"
 #include "core/watchdog.h"
 #include "engine/comm.h"
+#include "io/backend.h"
 #include "io/file_io.h"
 #include "kernels/device.h"
 
@@ -41,6 +42,15 @@ CheckpointWriter::CheckpointWriter(Communicator& comm, CheckpointWriterOptions o
   if (ec)
     fail("checkpoint::init", str("cannot create checkpoint.dir '", opt_.root, "': ", ec.message()),
          "set checkpoint.dir to a writable folder (on a fast local disk)");
+  // One queue for every save: io_uring with O_DIRECT where the root's file system allows it.
+  IoOptions io;
+  io.backend = opt_.io_backend;
+  io.queue_depth = opt_.io_queue_depth;
+  io.block_size = opt_.io_block_size;
+  io.name = "checkpoint";
+  fio_ = opt_.io_faults.empty()
+             ? make_file_io(io, std::vector<std::string>{opt_.root})
+             : std::make_unique<FileIO>(make_fault_backend(make_posix_backend(io.queue_depth), opt_.io_faults), io);
   worker_ = std::thread([this] { run(); });
 }
 
@@ -187,18 +197,32 @@ void CheckpointWriter::save(Job& job) {
 
 // The rank's file: every block in order, each chunk hashed in file order as it is submitted.
 void CheckpointWriter::write_file(Job& job, const std::string& path, uint64_t& bytes, uint64_t& hash) {
-  // Staging for NVMe blocks and for memory the file system cannot take directly. Declared before
-  // the FileIO, so that the FileIO (which drains on destruction) goes first.
+  // Staging for NVMe blocks and for memory the file system cannot take directly (kept across
+  // saves; a failed save drains the FileIO before its error leaves here, so no write still
+  // reads it).
   const uint64_t chunk = std::max<uint64_t>(4096, opt_.chunk_bytes);
-  Buffer staging = cpu_->alloc_host(size_t(chunk) * size_t(opt_.depth), true, "checkpoint staging");
-  IoOptions io;
-  io.backend = opt_.io_backend;
-  io.queue_depth = opt_.io_queue_depth;
-  io.block_size = opt_.io_block_size;
-  io.name = "checkpoint";
-  const std::string dir = fs::path(path).parent_path().string();
-  std::unique_ptr<FileIO> fio = make_file_io(io, std::vector<std::string>{dir});
+  if (!staging_) staging_ = cpu_->alloc_host(size_t(chunk) * size_t(opt_.depth), true, "checkpoint staging");
+  Buffer& staging = staging_;
+  FileIO* fio = fio_.get();
   const int f = fio->open(FileSpec{{path}, 1u << 20, true});
+  // However this returns, nothing stays in flight (a write may read the states' own memory)
+  // and the file is closed.
+  struct Closer {
+    FileIO& io;
+    int file;
+    bool closed = false;
+    ~Closer() {
+      if (closed) return;
+      try {
+        io.drain();
+      } catch (const std::exception&) {  // the error that unwinds us is the one reported
+      }
+      try {
+        io.close(file);
+      } catch (const std::exception&) {
+      }
+    }
+  } closer{*fio, f};
   const Alignment al = fio->alignment(f);
   if (chunk % al.offset)
     fail("checkpoint::write", str("the staging chunk of ", chunk, " bytes is not a multiple of the "
@@ -303,6 +327,7 @@ void CheckpointWriter::write_file(Job& job, const std::string& path, uint64_t& b
   }
   while (!writes.empty()) reap(writes.size());
   fio->sync(f);
+  closer.closed = true;
   fio->close(f);
   bytes = written;
   hash = XXH64_digest(xx.get());

@@ -22,11 +22,14 @@
 #include <vector>
 
 #include "engine/checkpoint.h"
+#include "kernels/device.h"
+#include "io/fault_backend.h"
 
 namespace strata {
 
 class Communicator;
 class Device;
+class FileIO;
 class Stream;
 
 // Where the writer reads one rank's blocks from (implemented by the ZeRO engine).
@@ -52,6 +55,7 @@ struct CheckpointWriterOptions {
   int io_queue_depth = 32;
   uint64_t io_block_size = 1u << 20;
   CheckpointHook hook;             // fault tests: called at each phase of a save
+  std::vector<FaultRule> io_faults;  // tests: the POSIX backend under a fault injector
 };
 
 // What the writer measured of the last save that finished.
@@ -99,6 +103,8 @@ class CheckpointWriter {
   CheckpointWriterOptions opt_;
   std::unique_ptr<Device> cpu_;       // host memory and the stream the writer's collectives run on
   std::unique_ptr<Stream> stream_;
+  Buffer staging_;                    // depth chunks of pinned memory (declared before fio_)
+  std::unique_ptr<FileIO> fio_;       // the writer thread's queue to the checkpoint files
 
   std::mutex mu_;
   std::condition_variable cv_;

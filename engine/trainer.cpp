@@ -189,6 +189,7 @@ struct Trainer::Impl {
       wo.io_queue_depth = cfg.io.queue_depth;
       wo.io_block_size = cfg.io.block_size;
       wo.hook = opt.checkpoint_hook;
+      wo.io_faults = opt.checkpoint_io_faults;
       writer = std::make_unique<CheckpointWriter>(*ckpt_comm, wo);
     }
 
@@ -343,7 +344,8 @@ struct Trainer::Impl {
       r.mfu = r.tokens_per_s * model->train_flops_per_token(T) / (opt.peak_flops * dp);
     ++steps_done;
     windows_done += G;
-    if (writer && (r.step % cfg.checkpoint.every == 0 || r.step == cfg.train.steps)) {
+    const bool last = r.step == cfg.train.steps || r.step == opt.stop_after;
+    if (writer && (r.step % cfg.checkpoint.every == 0 || last)) {
       auto tc = Clock::now();
       save_checkpoint(r.step);
       r.checkpoint_stall_ms += ms_since(tc);
@@ -569,13 +571,15 @@ TrainSummary Trainer::train() {
   auto t0 = Clock::now();
   double timed_ms = 0, timed_tokens = 0;
   const int64_t first = m.steps_done;  // > 0 when resumed
-  while (m.steps_done < m.cfg.train.steps) {
+  const int64_t end = m.opt.stop_after > 0 ? std::min<int64_t>(m.opt.stop_after, m.cfg.train.steps)
+                                           : m.cfg.train.steps;
+  while (m.steps_done < end) {
     const int64_t i = m.steps_done - first;
     m.trace_step_begin(m.steps_done + 1);
     StepRecord r = m.step(lr);
     m.trace_step_end(r.step);
     s.losses.push_back(r.loss);
-    if (i > 0 || m.cfg.train.steps - first == 1) {
+    if (i > 0 || end - first == 1) {
       timed_ms += r.step_ms;
       timed_tokens += r.tokens_per_s * r.step_ms / 1000.0;
     }

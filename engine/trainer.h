@@ -62,7 +62,11 @@ struct TrainerOptions {
   // A checkpoint to continue from: a checkpoint.dir root (its newest complete checkpoint) or
   // one step_N folder. The run continues to train.steps; init_from is then ignored.
   std::string resume;
+  // End the run after this step (> 0), as an interruption would — after saving it when
+  // checkpoint.dir is set; the LR schedule still spans train.steps. 0: run to train.steps.
+  int64_t stop_after = 0;
   CheckpointHook checkpoint_hook;  // fault tests: called at each phase of a save
+  std::vector<FaultRule> checkpoint_io_faults;  // inject faults into checkpoint writes (tests)
   double peak_flops = 0;        // denominator of MFU; 0 = no MFU
   bool progress = true;         // progress line / log lines on stderr (rank 0)
   CpuOpsMode cpu_ops = CpuOpsMode::fast;  // the scalar reference ops instead (tests)

@@ -2,6 +2,7 @@
 #include "apps/strata/common.h"
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
@@ -48,7 +49,7 @@ void apply_fault_hooks(int rank, TrainerOptions& options) {
   int target = 0;
   int64_t step = 1;
   int skip = 0;
-  std::string fault;
+  std::string fault, phase;
   std::string text = spec;
   size_t at = 0;
   while (at <= text.size()) {
@@ -64,6 +65,7 @@ void apply_fault_hooks(int rank, TrainerOptions& options) {
       else if (key == "step") step = std::stoll(value);
       else if (key == "skip") skip = std::stoi(value);
       else if (key == "fault") fault = value;
+      else if (key == "phase") phase = value;
       else throw std::invalid_argument(key);
     } catch (const std::exception&) {
       fail("app::fault", str("STRATA_FAULT: cannot read '", item, "'"),
@@ -88,9 +90,27 @@ void apply_fault_hooks(int rank, TrainerOptions& options) {
     rule.skip = skip;
     rule.times = 1;
     options.io_faults.push_back(rule);
+  } else if (fault == "kill") {  // SIGKILL at a phase of the save of step S
+    if (phase != "shard" && phase != "manifest" && phase != "rename" && phase != "latest")
+      fail("app::fault", str("STRATA_FAULT: phase '", phase, "'"), "allowed: shard, manifest, rename, latest");
+    options.checkpoint_hook = [step, phase](const char* at, int64_t s) {
+      if (s != step || phase != at) return;
+      std::fprintf(stderr, "strata: STRATA_FAULT: killed at phase '%s' of the save of step %lld\n", at,
+                   (long long)s);
+      std::fflush(stderr);
+      std::raise(SIGKILL);
+    };
+  } else if (fault == "checkpoint_eio" || fault == "checkpoint_enospc") {
+    FaultRule rule;
+    rule.fault = fault == "checkpoint_eio" ? Fault::io_error : Fault::no_space;
+    rule.op = int(IoOp::write);
+    rule.skip = skip;
+    rule.times = 1;
+    options.checkpoint_io_faults.push_back(rule);
   } else {
     fail("app::fault", str("STRATA_FAULT: unknown fault '", fault, "'"),
-         "allowed: hang, error, nvme_read_error, nvme_write_error");
+         "allowed: hang, error, nvme_read_error, nvme_write_error, kill (with phase=shard | "
+         "manifest | rename | latest), checkpoint_eio, checkpoint_enospc");
   }
 }
 

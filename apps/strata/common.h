@@ -40,7 +40,9 @@ void end_job_if_peers(const std::exception& e);
 // list of key=value): rank=R (the rank it applies to; default 0), step=S (default 1), and
 // fault=hang (stop responding before step S), fault=error (throw an Error before step S) or
 // fault=nvme_read_error / nvme_write_error (the (skip+1)-th NVMe read / write of the rank fails
-// with EIO; skip=N, default 0). Used by tests/cli/test_failures.sh; unset, it does nothing.
+// with EIO; skip=N, default 0), fault=kill with phase=shard | manifest | rename | latest (SIGKILL
+// at that phase of the save of step S), fault=checkpoint_eio / checkpoint_enospc (the
+// (skip+1)-th write of the rank's checkpoint file fails). Used by tests/cli/test_failures.sh; unset, it does nothing.
 void apply_fault_hooks(int rank, TrainerOptions& options);
 
 }  // namespace strata::app
