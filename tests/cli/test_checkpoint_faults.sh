@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# Checkpoints survive a crash: `strata train` killed (SIGKILL, through STRATA_FAULT) at every
+# phase of a save — inside a rank file, before the manifest, before the rename, before `latest`
+# moves — leaves the previous checkpoint loadable, `--resume ROOT` picks the newest complete one
+# and finishes with the very losses of the uninterrupted run. Also: a flipped byte in a rank file
+# is refused by `checkpoint inspect` and by `--resume`, naming the file and both hashes; ENOSPC
+# while saving ends the run with exit 1 and leaves the previous checkpoint as it was; and the
+# same kill in one rank of an mpirun job. Usage: test_checkpoint_faults.sh STRATA MPIEXEC WORK
+set -u
+strata=$1
+mpiexec=$2
+work=$3
+rm -rf "$work"
+mkdir -p "$work"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+unset STRATA_FAULT
+small=(--set model.dim=64 --set model.n_layers=2 --set model.n_heads=4 --set model.n_kv_heads=2
+       --set model.ffn_dim=128 --set data.seq_len=32 --set data.micro_batch=2 --set train.steps=6
+       --set data.shuffle=true --set log.peak_flops=1e11 --set eval.batches=0 --set log.every=1
+       --set checkpoint.every=2)
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# "step loss" per metrics line, sorted by step.
+losses() { grep -o '"loss":[^,}]*\|"step":[0-9]*' "$1" | paste -d' ' - - | \
+           sed 's/"loss":\([^ ]*\) "step":\(.*\)/\2 \1/; s/"step":\([0-9]*\) "loss":\(.*\)/\1 \2/' | sort -n; }
+
+# The uninterrupted run: its losses are what every resumed run must reproduce.
+timeout 300 "$strata" train "${small[@]}" --set "checkpoint.dir=$work/straight" \
+  --set "log.metrics=$work/straight.jsonl" >"$work/straight.log" 2>&1 || fail "the uninterrupted run failed"
+losses "$work/straight.jsonl" >"$work/straight.losses"
+[ "$(wc -l <"$work/straight.losses")" -eq 6 ] || fail "the uninterrupted run logged $(wc -l <"$work/straight.losses") steps"
+
+# The uninterrupted 2-rank run (its sums are rounded in another order than one rank's).
+if [ -x "$(command -v "$mpiexec")" ]; then
+  timeout 300 "$mpiexec" --oversubscribe --mca btl self,vader -np 2 "$strata" train "${small[@]}" \
+    --set data.micro_batch=1 --set "checkpoint.dir=$work/straight2" \
+    --set "log.metrics=$work/straight2.jsonl" >"$work/straight2.log" 2>&1 || fail "the uninterrupted 2-rank run failed"
+  losses "$work/straight2.jsonl" >"$work/straight2.losses"
+fi
+
+# kill_case NAME PHASE WANT_STEP [RANKS]: kill at PHASE of the save of step 4; the newest complete
+# checkpoint must then be WANT_STEP, and a resume must end with the uninterrupted losses.
+kill_case() {
+  local name=$1 phase=$2 want=$3 ranks=${4:-1}
+  local straight="$work/straight.losses"
+  [ "$ranks" -gt 1 ] && straight="$work/straight2.losses"
+  local root="$work/$name" launch=()
+  [ "$ranks" -gt 1 ] && launch=("$mpiexec" --oversubscribe --mca btl self,vader -x STRATA_FAULT -np "$ranks")
+  local micro=2
+  [ "$ranks" -gt 1 ] && micro=1   # the same global batch of 2 windows
+  STRATA_FAULT="rank=$((ranks - 1)),fault=kill,phase=$phase,step=4" timeout 300 "${launch[@]}" \
+    "$strata" train "${small[@]}" --set data.micro_batch=$micro --set "checkpoint.dir=$root" \
+    --set "log.metrics=$root.jsonl" >"$root.kill.log" 2>&1
+  local rc=$?
+  [ $rc -ne 0 ] || { fail "$name: the killed run exited 0"; return; }
+  grep -q "killed at phase '$phase'" "$root.kill.log" || { fail "$name: the hook did not fire"; cat "$root.kill.log"; return; }
+  local got
+  got=$("$strata" checkpoint inspect "$root" --json 2>"$root.inspect.err" | grep -o '"step": *[0-9]*' | grep -o '[0-9]*$')
+  [ "$got" = "$want" ] || { fail "$name: newest complete checkpoint is '$got', want $want"; cat "$root.inspect.err"; return; }
+  timeout 300 "${launch[@]}" "$strata" train --resume "$root" >"$root.resume.log" 2>&1 || {
+    fail "$name: the resumed run failed"; cat "$root.resume.log"; return; }
+  # The metrics file holds the killed run's steps and then the resumed run's, with true step
+  # numbers; the resumed ones must equal the uninterrupted run's exactly.
+  losses "$root.jsonl" | awk -v w="$want" '$1 > w' | sort -n -u >"$root.resumed"
+  grep -F -x -f "$root.resumed" "$straight" | wc -l | {
+    read -r same
+    n=$(wc -l <"$root.resumed")
+    if [ "$n" -ne $((6 - want)) ] || [ "$same" -ne "$n" ]; then
+      echo "FAIL: $name: resumed losses differ from the uninterrupted run"
+      paste "$root.resumed" "$straight"
+      exit 1
+    fi
+  } || { failures=$((failures + 1)); return; }
+  echo "ok: $name: killed at '$phase', resumed from step $want, steps $((want + 1))-6 bit-identical"
+}
+
+kill_case kill_shard shard 2
+kill_case kill_manifest manifest 2
+kill_case kill_rename rename 2
+kill_case kill_latest latest 4       # step_4 is complete; only the pointer lagged
+if [ -x "$(command -v "$mpiexec")" ]; then
+  kill_case kill_shard_mpi2 shard 2 2
+fi
+
+# A flipped byte: refused by inspect and by --resume, naming the file and both hashes.
+root="$work/straight"
+file="$root/step_6/rank_00000.bin"
+printf '\x5a' | dd of="$file" bs=1 seek=4100 conv=notrunc status=none
+if "$strata" checkpoint inspect "$root" >"$work/flip.inspect" 2>&1; then
+  fail "inspect accepted a flipped byte"
+elif ! grep -q "rank_00000.bin" "$work/flip.inspect" || ! grep -q "damaged: xxHash64 [0-9a-f]\{16\}, the manifest recorded [0-9a-f]\{16\}" "$work/flip.inspect"; then
+  fail "inspect did not name the file and both hashes"; cat "$work/flip.inspect"
+else
+  echo "ok: flipped byte: inspect refuses it: $(grep -m1 rank_00000 "$work/flip.inspect" | sed 's/^ *//')"
+fi
+if "$strata" train --resume "$root" --set train.steps=8 >"$work/flip.resume" 2>&1; then
+  fail "--resume started from a damaged checkpoint"
+elif ! grep -q "rank_00000.bin' is damaged: its xxHash64 is [0-9a-f]\{16\} but the manifest recorded [0-9a-f]\{16\}" "$work/flip.resume"; then
+  fail "--resume did not name the file and both hashes"; cat "$work/flip.resume"
+else
+  echo "ok: flipped byte: --resume refuses it"
+fi
+
+# ENOSPC while saving step 4: exit 1 with the error; step_2 intact, no step_4.
+root="$work/enospc"
+STRATA_FAULT="fault=checkpoint_enospc,skip=12" timeout 300 "$strata" train "${small[@]}" \
+  --set "checkpoint.dir=$root" >"$root.log" 2>&1
+rc=$?
+if [ $rc -ne 1 ]; then
+  fail "ENOSPC: exit $rc, want 1"; cat "$root.log"
+elif ! grep -q "No space left on device" "$root.log"; then
+  fail "ENOSPC: the error does not say so"; cat "$root.log"
+elif [ -e "$root/step_4" ] || ! "$strata" checkpoint inspect "$root/step_2" >/dev/null 2>&1; then
+  fail "ENOSPC: step_4 exists or step_2 does not verify"; ls "$root"
+else
+  echo "ok: ENOSPC while saving: exit 1, step_2 intact, no step_4"
+fi
+
+if [ $failures -ne 0 ]; then
+  echo "$failures case(s) failed"
+  exit 1
+fi
+echo "every crash left a loadable checkpoint and every damage was caught"
