@@ -2,8 +2,11 @@
 // gather of sizes and hashes, and rank 0's commit.
 #include "engine/checkpoint_writer.h"
 
+#include <fcntl.h>
+#include <unistd.h>
 #include <xxhash.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <deque>
@@ -204,7 +207,25 @@ void CheckpointWriter::write_file(Job& job, const std::string& path, uint64_t& b
   if (!staging_) staging_ = cpu_->alloc_host(size_t(chunk) * size_t(opt_.depth), true, "checkpoint staging");
   Buffer& staging = staging_;
   FileIO* fio = fio_.get();
-  const int f = fio->open(FileSpec{{path}, 1u << 20, true});
+  uint64_t total = 0;
+  for (const auto& b : job.blocks) total += b.shard_numel * 4;
+  // Preallocated to its final size: direct writes inside the file run in parallel (ext4
+  // serializes the ones that extend it), and a full disk shows now, with a clear error.
+  {
+    int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) fail("checkpoint::write", str("cannot create '", path, "': ", std::strerror(errno)));
+    int rc = total ? ::fallocate(fd, 0, 0, off_t(total)) : 0;
+    int err = rc == 0 ? 0 : errno;
+    if (rc != 0 && (err == EOPNOTSUPP || err == ENOSYS)) {
+      rc = ::ftruncate(fd, off_t(total));
+      err = rc == 0 ? 0 : errno;
+    }
+    ::close(fd);
+    if (rc != 0)
+      fail("checkpoint::write", str("cannot allocate ", format_bytes(total), " for '", path, "': ", std::strerror(err)),
+           err == ENOSPC ? "free space in checkpoint.dir, or lower checkpoint.keep" : "check the file system");
+  }
+  const int f = fio->open(FileSpec{{path}, 1u << 20, false});
   // However this returns, nothing stays in flight (a write may read the states' own memory)
   // and the file is closed.
   struct Closer {
@@ -265,8 +286,6 @@ void CheckpointWriter::write_file(Job& job, const std::string& path, uint64_t& b
     return b;
   };
 
-  uint64_t total = 0;
-  for (const auto& b : job.blocks) total += b.shard_numel * 4;
   bool hooked = false;
   uint64_t written = 0;
   for (const auto& b : job.blocks) {

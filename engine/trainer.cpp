@@ -599,6 +599,10 @@ TrainSummary Trainer::train() {
 
 double Trainer::evaluate() { return impl_->evaluate(); }
 
+CheckpointStats Trainer::checkpoint_stats() const {
+  return impl_->writer ? impl_->writer->last_stats() : CheckpointStats{};
+}
+
 void Trainer::save(const std::string& dir, const std::string& dtype) {
   impl_->zero->save(dir, parse_dtype(dtype));
 }

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/checkpoint.h"
+#include "engine/checkpoint_writer.h"
 #include "engine/comm.h"
 #include "engine/config.h"
 #include "engine/zero.h"
@@ -95,6 +96,8 @@ class Trainer {
   Trainer& operator=(const Trainer&) = delete;
 
   TrainSummary train();
+  // The last checkpoint save that finished on this rank (step -1 when none).
+  CheckpointStats checkpoint_stats() const;
   // Mean loss over eval.batches micro-batches (eval windows i·B … i·B + B − 1) of eval.path or
   // data.path, without touching gradients or optimizer state.
   double evaluate();

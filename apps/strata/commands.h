@@ -19,5 +19,6 @@ void register_bench_train(CLI::App& bench);
 void register_bench_comm(CLI::App& bench);
 void register_bench_sweep(CLI::App& bench);
 void register_bench_gpu(CLI::App& bench);
+void register_bench_checkpoint(CLI::App& bench);
 
 }  // namespace strata::app

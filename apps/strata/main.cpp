@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   strata::app::register_bench_comm(*bench);
   strata::app::register_bench_sweep(*bench);
   strata::app::register_bench_gpu(*bench);
+  strata::app::register_bench_checkpoint(*bench);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

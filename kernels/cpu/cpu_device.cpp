@@ -234,8 +234,13 @@ class CpuMemory final : public BufferReleaser {
     uint64_t peak = peak_.load();
     while (used > peak && !peak_.compare_exchange_weak(peak, used)) {
     }
-    void* p = std::aligned_alloc(n >= kHostAlign ? kHostAlign : kDeviceAlign,
-                                 round_up(n, n >= kHostAlign ? kHostAlign : kDeviceAlign));
+    // Large buffers on transparent huge pages, as alloc_host does: fewer TLB misses for the
+    // kernels, and direct I/O from them (checkpoints write states in place) moves 2 MiB
+    // physically contiguous pieces instead of 4 KiB pages.
+    const bool huge = n_huge(n);
+    const size_t align = huge ? kHugePage : n >= kHostAlign ? kHostAlign : kDeviceAlign;
+    void* p = std::aligned_alloc(align, round_up(n, align));
+    if (p && huge) madvise(p, round_up(n, align), MADV_HUGEPAGE);
     if (!p) {
       used_.fetch_sub(n);
       fail("cpu::alloc", str("out of host memory allocating ", format_bytes(n), " for ", what));
