@@ -7,7 +7,8 @@
 # not combined here, so a sanitized build is a CPU build (STRATA_CUDA=AUTO turns off with a note).
 set(STRATA_SANITIZE "" CACHE STRING
     "Sanitizers for every target: address,undefined or thread (empty: none)")
-set_property(CACHE STRATA_SANITIZE PROPERTY STRINGS "" "address,undefined" "address" "undefined" "thread")
+set_property(CACHE STRATA_SANITIZE PROPERTY STRINGS
+             "" "address,undefined" "address" "undefined" "thread")
 
 set(STRATA_SANITIZER_ENV "")
 if(STRATA_SANITIZE)
@@ -24,12 +25,14 @@ if(STRATA_SANITIZE)
                         "address,undefined and one with thread")
   endif()
   if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND NOT CMAKE_CXX_COMPILER_ID MATCHES "Clang")
-    message(FATAL_ERROR "STRATA_SANITIZE needs GCC or Clang (the compiler is ${CMAKE_CXX_COMPILER_ID})")
+    message(FATAL_ERROR "STRATA_SANITIZE needs GCC or Clang "
+                        "(the compiler is ${CMAKE_CXX_COMPILER_ID})")
   endif()
   if(STRATA_CUDA STREQUAL "ON")
-    message(FATAL_ERROR "STRATA_SANITIZE=${STRATA_SANITIZE} with STRATA_CUDA=ON: a sanitized build "
-                        "is a CPU build (nvcc's host compilation and the sanitizer runtimes are not "
-                        "combined)\nhint: configure the sanitized build with -DSTRATA_CUDA=OFF")
+    message(FATAL_ERROR "STRATA_SANITIZE=${STRATA_SANITIZE} with STRATA_CUDA=ON: a sanitized "
+                        "build is a CPU build (nvcc's host compilation and the sanitizer runtimes "
+                        "are not combined)\nhint: configure the sanitized build with "
+                        "-DSTRATA_CUDA=OFF")
   elseif(NOT STRATA_CUDA STREQUAL "OFF")
     message(STATUS "strata: STRATA_SANITIZE=${STRATA_SANITIZE} builds without the CUDA backend "
                    "(STRATA_CUDA=${STRATA_CUDA} is taken as OFF)")
@@ -44,9 +47,9 @@ if(STRATA_SANITIZE)
   add_compile_options("$<$<COMPILE_LANGUAGE:C,CXX>:${strata_san_flags}>")
   add_link_options(-fsanitize=${STRATA_SANITIZE})
 
-  # The options every test runs with (strata_test_env in tests/CMakeLists.txt attaches them; under
-  # mpirun they are exported to every rank with -x). halt_on_error: the first report ends the
-  # process with a non-zero status, so the test fails.
+  # The options every test runs with (strata_test_setup in tests/CMakeLists.txt attaches them;
+  # under mpirun they are exported to every rank with -x). halt_on_error: the first report ends
+  # the process with a non-zero status, so the test fails.
   set(strata_supp ${PROJECT_SOURCE_DIR}/tests/sanitizers)
   if("address" IN_LIST strata_sanitizers)
     list(APPEND STRATA_SANITIZER_ENV
