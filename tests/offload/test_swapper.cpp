@@ -256,6 +256,15 @@ TEST_P(SwapperTest, ABackendThatCannotBeReapedFailsTheJobsAndTheDestructorsEnd) 
   // The worker does not spin on the FileIO it can no longer reap, and both destructors end
   // (TearDown runs them under within()); the FileIO's logs what it leaves behind.
   EXPECT_THROW(within(10, [&] { swapper_->wait_all(); }), Error);
+  // The backend still holds the writes, so their buffer may still be in use (file_io.h: reaping
+  // that keeps throwing leaves chunks pending): the swapper and the FileIO, whose destructor
+  // stops the backend, end here, before `out` is freed (ThreadSanitizer saw a worker's pwrite
+  // race the free when `out` went first).
+  within(10, [&] {
+    swapper_.reset();
+    io_.reset();
+  });
+  fault_ = nullptr;  // owned by io_
 }
 
 TEST_P(SwapperTest, TheDestructorFinishesQueuedJobsAndEndsAfterAFailure) {
