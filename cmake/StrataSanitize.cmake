@@ -24,6 +24,10 @@ if(STRATA_SANITIZE)
                         "with AddressSanitizer\nhint: configure two build directories, one with "
                         "address,undefined and one with thread")
   endif()
+  if(STRATA_FUZZ)
+    message(FATAL_ERROR "STRATA_SANITIZE and STRATA_FUZZ: a fuzz build brings its own sanitizers "
+                        "(address,undefined)\nhint: use a separate build directory for each")
+  endif()
   if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND NOT CMAKE_CXX_COMPILER_ID MATCHES "Clang")
     message(FATAL_ERROR "STRATA_SANITIZE needs GCC or Clang "
                         "(the compiler is ${CMAKE_CXX_COMPILER_ID})")
