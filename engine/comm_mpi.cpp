@@ -79,7 +79,6 @@ struct MpiRuntime {
                                       MPI_INFO_NULL, MPI_COMM_WORLD, &progress, &progress_win));
     for (int i = 0; i < kTrackedComms; ++i) std::atomic_ref<int64_t>(progress[i]).store(0);
     MPI_Win_set_errhandler(progress_win, MPI_ERRORS_RETURN);
-    std::atomic_thread_fence(std::memory_order_seq_cst);
     STRATA_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));  // every counter is zero before anyone reads
     std::atexit([] {
       int finalized = 0;

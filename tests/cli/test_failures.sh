@@ -17,6 +17,11 @@ mpiexec=$2
 work=$3
 mkdir -p "$work"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+# A sanitized build's options (in this test's CTest environment) go to every rank.
+export_sanitizers=()
+for v in ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS TSAN_OPTIONS; do
+  [ -n "${!v:-}" ] && export_sanitizers+=(-x "$v")
+done
 small=(--set model.dim=64 --set model.n_layers=2 --set model.n_heads=4 --set model.n_kv_heads=2
        --set model.ffn_dim=128 --set data.seq_len=32 --set data.micro_batch=2 --set train.steps=4
        --set log.peak_flops=1e11 --set eval.batches=0)
@@ -33,7 +38,7 @@ run_case() {
   local out="$work/$name.log" t0 t1 rc
   t0=$(date +%s.%N)
   timeout -k 5 $((bound + 30)) "$mpiexec" --oversubscribe --mca btl self,vader -x STRATA_FAULT \
-    -np 2 "$strata" "$@" >"$out" 2>&1
+    "${export_sanitizers[@]}" -np 2 "$strata" "$@" >"$out" 2>&1
   rc=$?
   t1=$(date +%s.%N)
   local secs
