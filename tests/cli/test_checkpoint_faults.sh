@@ -18,6 +18,11 @@ small=(--set model.dim=64 --set model.n_layers=2 --set model.n_heads=4 --set mod
        --set model.ffn_dim=128 --set data.seq_len=32 --set data.micro_batch=2 --set train.steps=6
        --set data.shuffle=true --set log.peak_flops=1e11 --set eval.batches=0 --set log.every=1
        --set checkpoint.every=2)
+# Sanitized builds: their options must reach every rank.
+export_sanitizers=()
+for v in ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS TSAN_OPTIONS; do
+  [ -n "${!v:-}" ] && export_sanitizers+=(-x "$v")
+done
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
@@ -33,7 +38,7 @@ losses "$work/straight.jsonl" >"$work/straight.losses"
 
 # The uninterrupted 2-rank run (its sums are rounded in another order than one rank's).
 if [ -x "$(command -v "$mpiexec")" ]; then
-  timeout 300 "$mpiexec" --oversubscribe --mca btl self,vader -np 2 "$strata" train "${small[@]}" \
+  timeout 300 "$mpiexec" --oversubscribe --mca btl self,vader "${export_sanitizers[@]}" -np 2 "$strata" train "${small[@]}" \
     --set data.micro_batch=1 --set "checkpoint.dir=$work/straight2" \
     --set "log.metrics=$work/straight2.jsonl" >"$work/straight2.log" 2>&1 || fail "the uninterrupted 2-rank run failed"
   losses "$work/straight2.jsonl" >"$work/straight2.losses"
@@ -46,7 +51,7 @@ kill_case() {
   local straight="$work/straight.losses"
   [ "$ranks" -gt 1 ] && straight="$work/straight2.losses"
   local root="$work/$name" launch=()
-  [ "$ranks" -gt 1 ] && launch=("$mpiexec" --oversubscribe --mca btl self,vader -x STRATA_FAULT -np "$ranks")
+  [ "$ranks" -gt 1 ] && launch=("$mpiexec" --oversubscribe --mca btl self,vader "${export_sanitizers[@]}" -x STRATA_FAULT -np "$ranks")
   local micro=2
   [ "$ranks" -gt 1 ] && micro=1   # the same global batch of 2 windows
   STRATA_FAULT="rank=$((ranks - 1)),fault=kill,phase=$phase,step=4" timeout 300 "${launch[@]}" \
