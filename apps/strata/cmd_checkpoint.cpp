@@ -52,13 +52,15 @@ void run_inspect(const InspectArgs& a) {
     files.push_back({{"name", f.name}, {"bytes", f.bytes}, {"xxh64", hash_hex(f.xxh64)}, {"status", status}});
   }
   if (a.json) {
+    nlohmann::json tensors = nlohmann::json::array();
+    for (const auto& t : m.tensors) tensors.push_back({{"name", t.name}, {"shape", t.shape}});
     nlohmann::json j = {{"path", dir},
                         {"step", m.step},
                         {"strata_version", m.strata_version},
                         {"precision", m.precision},
                         {"mesh", {{"world", m.world}, {"dp", m.dp}, {"tp", m.tp}, {"pp", m.pp}}},
                         {"windows_consumed", m.windows_consumed},
-                        {"tensors", m.tensors.size()},
+                        {"tensors", tensors},
                         {"parameters", params},
                         {"bytes", total},
                         {"files", files},

@@ -107,20 +107,24 @@ else
   echo "ok: flipped byte: --resume refuses it"
 fi
 
-# ENOSPC while saving step 4: exit 1 with the error; step_2 intact, no step_4.
-root="$work/enospc"
-STRATA_FAULT="fault=checkpoint_enospc,skip=12" timeout 300 "$strata" train "${small[@]}" \
-  --set "checkpoint.dir=$root" >"$root.log" 2>&1
-rc=$?
-if [ $rc -ne 1 ]; then
-  fail "ENOSPC: exit $rc, want 1"; cat "$root.log"
-elif ! grep -q "No space left on device" "$root.log"; then
-  fail "ENOSPC: the error does not say so"; cat "$root.log"
-elif [ -e "$root/step_4" ] || ! "$strata" checkpoint inspect "$root/step_2" >/dev/null 2>&1; then
-  fail "ENOSPC: step_4 exists or step_2 does not verify"; ls "$root"
-else
-  echo "ok: ENOSPC while saving: exit 1, step_2 intact, no step_4"
-fi
+# ENOSPC or EIO while saving step 4: exit 1 with the error; step_2 intact, no step_4.
+io_error_case() {
+  local fault=$1 want=$2 root="$work/$1"
+  STRATA_FAULT="fault=$fault,skip=12" timeout 300 "$strata" train "${small[@]}" \
+    --set "checkpoint.dir=$root" >"$root.log" 2>&1
+  local rc=$?
+  if [ $rc -ne 1 ]; then
+    fail "$fault: exit $rc, want 1"; cat "$root.log"
+  elif ! grep -q "$want" "$root.log"; then
+    fail "$fault: the error does not say '$want'"; cat "$root.log"
+  elif [ -e "$root/step_4" ] || ! "$strata" checkpoint inspect "$root/step_2" >/dev/null 2>&1; then
+    fail "$fault: step_4 exists or step_2 does not verify"; ls "$root"
+  else
+    echo "ok: $fault while saving: exit 1 ($(grep -m1 -o "$want" "$root.log")), step_2 intact, no step_4"
+  fi
+}
+io_error_case checkpoint_enospc "No space left on device"
+io_error_case checkpoint_eio "Input/output error"
 
 if [ $failures -ne 0 ]; then
   echo "$failures case(s) failed"
