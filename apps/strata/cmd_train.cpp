@@ -59,6 +59,12 @@ void run_train(const TrainArgs& a) {
                 s.tokens_per_s, 100.0 * s.mfu, format_bytes(s.device_peak_bytes).c_str(),
                 format_bytes(s.host_peak_rss_bytes).c_str());
     if (!a.out.empty()) std::printf("      weights written to %s\n", a.out.c_str());
+    const CheckpointStats cs = trainer->checkpoint_stats();
+    if (cs.step > 0)
+      std::printf("      checkpoint step_%lld in %s: %s from this rank in %.1f s (%.2f GB/s), committed in %.2f s\n",
+                  (long long)cs.step, cfg.checkpoint.dir.c_str(), format_bytes(cs.bytes).c_str(),
+                  cs.write_ms / 1000.0, cs.write_ms > 0 ? double(cs.bytes) / (cs.write_ms * 1e6) : 0.0,
+                  cs.commit_ms / 1000.0);
   } catch (const std::exception& e) {
     end_job_if_peers(e);
     throw;
