@@ -1,11 +1,9 @@
-// bench/sweep_bench.cpp — run_sweep, and its CSV and SVG renderings.
+// bench/sweep_bench.cpp — run_sweep, and its CSV and SVG renderings (the SVG through report/chart.h).
 #include "bench/sweep_bench.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 
 #include "bench/io_bench.h"
 #include "core/error.h"
@@ -13,6 +11,8 @@
 #include "engine/comm.h"
 #include "engine/config.h"
 #include "engine/trainer.h"
+#include "report/chart.h"
+#include "report/metrics_report.h"  // write_output
 
 namespace strata {
 namespace {
@@ -54,13 +54,7 @@ double mean(const std::vector<double>& v) {
 }
 
 void write_file(const std::string& path, const std::string& text) {
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    if (!out) fail("bench::sweep", str("cannot write '", tmp, "'"));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) fail("bench::sweep", str("cannot rename '", tmp, "'"));
+  report::write_output(path, text, "--out");
 }
 
 }  // namespace
@@ -210,78 +204,50 @@ std::string sweep_csv(const nlohmann::json& s) {
 
 // Device memory (y) against throughput (x): one numbered point per placement, and a legend
 // below the plot with each placement's host and NVMe bytes. Axes start at zero so distances
-// read as ratios.
+// read as ratios. Drawn with report/chart.h, as `strata report` is.
 std::string sweep_svg(const nlohmann::json& s) {
-  const size_t n = s["rows"].size();
-  const double W = 760, L = 90, R = 30, T = 50, PH = 300;  // plot height
-  const double H = T + PH + 60 + 20.0 * double(n) + 20;
-  const double B = H - T - PH;  // space below the plot
-  double xmax = 1, ymax = 1;
-  for (const auto& r : s["rows"]) {
-    xmax = std::max(xmax, r["tokens_per_s"].get<double>());
-    ymax = std::max(ymax, double(r["peak_bytes"]["device"].get<uint64_t>()));
-  }
-  xmax *= 1.15;
-  ymax *= 1.2;
-  auto X = [&](double x) { return L + (W - L - R) * x / xmax; };
-  auto Y = [&](double y) { return T + PH - PH * y / ymax; };
-  std::string o;
-  char buf[640];
-  std::snprintf(buf, sizeof buf,
-                "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
-                "font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
-                W, H);
-  o += buf;
-  std::snprintf(buf, sizeof buf,
-                "<text x=\"%.0f\" y=\"24\" font-size=\"15\">strata bench sweep: device memory against throughput (%d rank%s)</text>\n",
-                L, s["ranks"].get<int>(), s["ranks"].get<int>() == 1 ? "" : "s");
-  o += buf;
-  std::snprintf(buf, sizeof buf,
-                "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"black\"/>\n"
-                "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"black\"/>\n",
-                L, T + PH, W - R, T + PH, L, T, L, T + PH);
-  o += buf;
-  for (int i = 0; i <= 5; ++i) {
-    double xv = xmax * i / 5, yv = ymax * i / 5;
-    std::snprintf(buf, sizeof buf,
-                  "<text x=\"%.1f\" y=\"%.0f\" text-anchor=\"middle\">%.0f</text>\n"
-                  "<text x=\"%.0f\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n"
-                  "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n",
-                  X(xv), T + PH + 18, xv, L - 6, Y(yv) + 4, format_bytes(uint64_t(yv)).c_str(), L, Y(yv),
-                  W - R, Y(yv));
-    o += buf;
-  }
-  std::snprintf(buf, sizeof buf,
-                "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">tokens/s (all ranks)</text>\n"
-                "<text x=\"18\" y=\"%.0f\" transform=\"rotate(-90 18 %.0f)\" text-anchor=\"middle\">peak device bytes per rank</text>\n",
-                (L + W - R) / 2, T + PH + 40, T + PH / 2, T + PH / 2);
-  o += buf;
-  const char* colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"};
+  const int ranks = s["ranks"].get<int>();
+  chart::Figure f;
+  f.title = str("strata bench sweep: device memory against throughput (", ranks, " rank", ranks == 1 ? "" : "s", ")");
+  f.columns = 1;
+  f.panel_width = 740;
+  f.panel_height = 370;
+  f.legend_below = true;
+  chart::Panel p;
+  p.x.label = "tokens/s (all ranks)";
+  p.x.from_zero = true;
+  p.x.headroom = 0.15;
+  p.y.label = "peak device bytes per rank";
+  p.y.format = chart::Format::bytes;
+  p.y.from_zero = true;
+  p.y.headroom = 0.2;
   int i = 0;
   for (const auto& r : s["rows"]) {
-    double x = X(r["tokens_per_s"].get<double>()), y = Y(double(r["peak_bytes"]["device"].get<uint64_t>()));
-    const char* c = colors[i % 6];
-    // Points that coincide are offset vertically by their index so each number stays legible.
-    std::snprintf(buf, sizeof buf,
-                  "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"6\" fill=\"%s\"/>\n"
-                  "<text x=\"%.1f\" y=\"%.1f\" fill=\"%s\" font-weight=\"bold\">%d</text>\n",
-                  x, y, c, x - 3.5, y - 10 - 12.0 * (i % 3), c, i + 1);
-    o += buf;
-    double ly = T + PH + 62 + 20.0 * i;
-    std::snprintf(buf, sizeof buf,
-                  "<circle cx=\"%.0f\" cy=\"%.0f\" r=\"5\" fill=\"%s\"/>\n"
-                  "<text x=\"%.0f\" y=\"%.0f\">%d  %s (params:optimizer): %.0f tok/s, device %s, host %s, nvme %s</text>\n",
-                  L + 5, ly - 4, c, L + 16, ly, i + 1, r["placement"].get<std::string>().c_str(),
-                  r["tokens_per_s"].get<double>(),
-                  format_bytes(r["peak_bytes"]["device"].get<uint64_t>()).c_str(),
-                  format_bytes(r["peak_bytes"]["host_state"].get<uint64_t>() + r["peak_bytes"]["pinned"].get<uint64_t>()).c_str(),
+    const std::string placement = r["placement"].get<std::string>();
+    const double tps = r["tokens_per_s"].get<double>();
+    const uint64_t device = r["peak_bytes"]["device"].get<uint64_t>();
+    chart::Series pt;
+    pt.name = placement;
+    pt.color = chart::palette(size_t(i));
+    pt.x = {tps};
+    pt.y = {double(device)};
+    pt.line = false;
+    pt.markers = true;
+    pt.marker_radius = 6;
+    pt.label = std::to_string(i + 1);
+    pt.label_dy = 10 + 12.0 * (i % 3);  // points that coincide keep each number legible
+    p.series.push_back(std::move(pt));
+    char text[512];
+    std::snprintf(text, sizeof text, "%d  %s (params:optimizer): %.0f tok/s, device %s, host %s, nvme %s",
+                  i + 1, placement.c_str(), tps, format_bytes(device).c_str(),
+                  format_bytes(r["peak_bytes"]["host_state"].get<uint64_t>() +
+                               r["peak_bytes"]["pinned"].get<uint64_t>()).c_str(),
                   format_bytes(r["peak_bytes"]["nvme"].get<uint64_t>()).c_str());
-    o += buf;
+    f.legend.push_back({text, chart::palette(size_t(i)), false, false, true});
     ++i;
   }
-  (void)B;
-  o += "</svg>\n";
-  return o;
+  f.panels.push_back(std::move(p));
+  return chart::render_svg(f);
 }
 
 }  // namespace strata

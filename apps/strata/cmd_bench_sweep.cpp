@@ -10,6 +10,7 @@
 #include "apps/strata/common.h"
 #include "bench/sweep_bench.h"
 #include "core/size.h"
+#include "report/metrics_report.h"
 
 namespace strata::app {
 
@@ -38,10 +39,13 @@ void register_bench_sweep(CLI::App& bench) {
     if (!args->render.empty()) {
       std::ifstream in(args->render);
       if (!in) fail("bench::sweep", str("cannot open '", args->render, "'"));
-      nlohmann::json j = nlohmann::json::parse(in);
+      nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+      if (!j.is_object() || !j.contains("rows") || !j.contains("ranks"))
+        fail("bench::sweep", str("'", args->render, "' is not the JSON of a sweep"),
+             "pass the PREFIX.json that `strata bench sweep --out PREFIX` wrote");
       if (args->options.out_prefix.empty()) fail("bench::sweep", "--render needs --out PREFIX");
-      std::ofstream(args->options.out_prefix + ".csv") << sweep_csv(j);
-      std::ofstream(args->options.out_prefix + ".svg") << sweep_svg(j);
+      report::write_output(args->options.out_prefix + ".csv", sweep_csv(j), "--out");
+      report::write_output(args->options.out_prefix + ".svg", sweep_svg(j), "--out");
       return;
     }
     args->options.io_bench_bytes = parse_bytes(args->io_bytes, "--io-bytes");
