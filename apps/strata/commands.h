@@ -12,6 +12,7 @@ void register_info(CLI::App& app);
 void register_config(CLI::App& app);
 void register_plan(CLI::App& app);
 void register_checkpoint(CLI::App& app);
+void register_report(CLI::App& app);
 void register_bench_gemm(CLI::App& bench);
 void register_bench_io(CLI::App& bench);
 void register_bench_adam(CLI::App& bench);

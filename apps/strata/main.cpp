@@ -1,4 +1,5 @@
-// apps/strata/main.cpp — the `strata` command line: train, eval, info, config, bench.
+// apps/strata/main.cpp — the `strata` command line: train, eval, info, config, plan, checkpoint,
+// report, bench.
 // The only place that turns a strata::Error into a message on stderr and an exit code.
 #include <cstdio>
 #include <exception>
@@ -17,6 +18,7 @@ int main(int argc, char** argv) {
   strata::app::register_config(app);
   strata::app::register_plan(app);
   strata::app::register_checkpoint(app);
+  strata::app::register_report(app);
   CLI::App* bench = app.add_subcommand("bench", "benchmarks (validate, then time; --json for JSON)");
   bench->require_subcommand(1);
   strata::app::register_bench_gemm(*bench);
