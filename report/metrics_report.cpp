@@ -252,7 +252,8 @@ chart::Figure report_figure(const std::vector<MetricsRun>& runs, std::string tit
 
   for (size_t i = 0; i < runs.size(); ++i) {
     const MetricsRun& r = runs[i];
-    std::string text = str(r.name, " (steps ", r.points.front().step, "–", r.points.back().step);
+    std::string text = r.points.empty() ? str(r.name, " (no steps")
+                                        : str(r.name, " (steps ", r.points.front().step, "–", r.points.back().step);
     for (auto it = r.points.rbegin(); it != r.points.rend(); ++it)
       if (it->loss && std::isfinite(*it->loss)) {
         text += ", last loss " + chart::tick_label(*it->loss, 0, chart::Format::number);
