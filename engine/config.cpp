@@ -210,6 +210,9 @@ const std::vector<Key>& keys() {
        "micro-batches evaluated by strata eval and at the end of training; 0 = no evaluation "
        "after training", between(0, 1e6)},
       {STRATA_CONFIG_KEY(eval, path), Kind::string, "evaluation tokens; empty = data.path"},
+      {STRATA_CONFIG_KEY(eval, every), Kind::integer,
+       "also evaluate after every N steps (and the last); the loss goes into that step's metrics "
+       "line as eval_loss. 0 = only after training", between(0, 1e9)},
       // [log]
       {STRATA_CONFIG_KEY(log, every), Kind::integer,
        "log a metrics line every N steps (and the last step)", between(1, 1e9)},
@@ -937,6 +940,10 @@ void validate(const Config& c) {
              " = ", tokens, " tokens per micro-batch exceeds ", int64_t(kMaxTokens)),
          "allowed: data.micro_batch x data.seq_len <= 16777216; lower either, and raise "
          "train.grad_accum for as many tokens per step");
+
+  if (c.eval.every > 0 && c.eval.batches == 0)
+    fail(kWhere, str("eval.every = ", c.eval.every, " needs eval.batches >= 1, and it is 0"),
+         "set eval.batches to the number of micro-batches to evaluate, or eval.every = 0");
 
   const OffloadConfig& o = c.offload;
   if (o.grads == Tier::nvme)

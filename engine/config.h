@@ -81,6 +81,7 @@ struct TrainConfig {
 struct EvalConfig {
   int batches = 8;          // micro-batches evaluated by `strata eval` and at the end of training
   std::string path;         // data for eval; empty = data.path
+  int every = 0;            // also evaluate after every N steps (and the last); 0 = only at the end
 };
 
 struct LogConfig {

@@ -36,6 +36,30 @@ double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
+// Numbers of the progress line: "%.Nf", "%.2e", and a duration as 45s, 12m05s or 3h07m.
+std::string fixed(double v, int digits) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%.*f", digits, v);
+  return b;
+}
+std::string sci(double v) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%.2e", v);
+  return b;
+}
+std::string format_duration(double seconds) {
+  if (!(seconds >= 0) || seconds > 1e8) return "?";
+  const int64_t s = int64_t(seconds + 0.5);
+  char b[64];
+  if (s < 60)
+    std::snprintf(b, sizeof b, "%llds", (long long)s);
+  else if (s < 3600)
+    std::snprintf(b, sizeof b, "%lldm%02llds", (long long)(s / 60), (long long)(s % 60));
+  else
+    std::snprintf(b, sizeof b, "%lldh%02lldm", (long long)(s / 3600), (long long)(s % 3600 / 60));
+  return b;
+}
+
 // The rank's index among the ranks of its machine (Open MPI and PMIx say so; else the world rank).
 int local_rank() {
   for (const char* v : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
@@ -80,6 +104,14 @@ struct Trainer::Impl {
   std::ofstream metrics;
   int rank = 0, dp = 1;
   int64_t steps_done = 0;
+  double last_eval_loss = -1;   // the latest evaluate() and the step it followed
+  int64_t last_eval_step = -1;
+  // Progress line: the end of this run, the latest eval loss, the clock of its ETA.
+  int64_t progress_end = 0;
+  double progress_eval_loss = -1;
+  int64_t progress_eval_step = -1;
+  int64_t progress_first_step = -1;
+  Clock::time_point progress_t0;
   uint64_t windows_done = 0;  // logical data windows the completed steps read
   // Checkpoints: the resume source, and the writer (declared after `zero`, so it is destroyed —
   // and its save in progress finished — before the engine whose states it reads).
@@ -401,8 +433,8 @@ struct Trainer::Impl {
                " rank(s)); training continues to step ", cfg.train.steps);
   }
 
-  bool logged_step(int64_t step) const {
-    return (step % cfg.log.every == 0) || step == cfg.train.steps || step == 1;
+  bool logged_step(const StepRecord& r) const {
+    return (r.step % cfg.log.every == 0) || r.step == cfg.train.steps || r.step == 1 || r.eval_loss >= 0;
   }
 
   // Largest device peak over all ranks (collective: every rank calls it on logged steps).
@@ -439,8 +471,7 @@ struct Trainer::Impl {
   }
 
   void log_step(StepRecord& r) {
-    const int64_t steps = cfg.train.steps;
-    bool logged = logged_step(r.step);
+    bool logged = logged_step(r);
     if (logged) r.device_peak_bytes = device_peak_over_ranks();
     if (world.rank() != 0) return;
     if (metrics.is_open() && logged) {
@@ -484,21 +515,48 @@ struct Trainer::Impl {
                            {"last_write_gbps", cs.write_ms > 0 ? double(cs.bytes) / (cs.write_ms * 1e6) : 0.0},
                            {"last_commit_ms", cs.commit_ms}};
       }
+      if (r.eval_loss >= 0) j["eval_loss"] = r.eval_loss;
       metrics << j.dump() << '\n';
       metrics.flush();
     }
     if (!opt.progress) return;
-    char line[256];
-    std::snprintf(line, sizeof line,
-                  "step %5lld/%lld | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | MFU %.1f%% | %.0f ms",
-                  (long long)r.step, (long long)steps, r.loss, r.lr, r.grad_norm, r.tokens_per_s,
-                  100.0 * r.mfu, r.step_ms);
+    std::string line = progress_line(r);
     if (isatty(STDERR_FILENO)) {
-      std::fprintf(stderr, "\r%s\x1b[K%s", line, r.step == steps ? "\n" : "");
+      std::fprintf(stderr, "\r%s\x1b[K%s", line.c_str(), r.step == progress_end ? "\n" : "");
       std::fflush(stderr);
     } else if (logged) {
-      std::fprintf(stderr, "%s\n", line);
+      std::fprintf(stderr, "%s\n", line.c_str());
     }
+  }
+
+  // step, loss, the latest eval loss, tokens/s, ETA, and this rank's state bytes per tier.
+  std::string progress_line(const StepRecord& r) {
+    if (r.eval_loss >= 0) {
+      progress_eval_loss = r.eval_loss;
+      progress_eval_step = r.step;
+    }
+    // ETA from the wall time since this run's first step ended (evaluations and saves included);
+    // after the first step only, from that step's time.
+    const auto now = Clock::now();
+    double per_step_ms = r.step_ms;
+    if (progress_first_step < 0) {
+      progress_first_step = r.step;
+      progress_t0 = now;
+    } else {
+      per_step_ms = ms_since(progress_t0) / double(r.step - progress_first_step);
+    }
+    const double eta_s = per_step_ms * double(std::max<int64_t>(0, progress_end - r.step)) / 1000.0;
+    std::string line = str("step ", r.step, "/", progress_end, " | loss ", fixed(r.loss, 4));
+    if (progress_eval_step >= 0)
+      line += str(" | eval ", fixed(progress_eval_loss, 4), r.eval_loss >= 0 ? "" : str(" @", progress_eval_step));
+    line += str(" | lr ", sci(r.lr), " | ", fixed(r.tokens_per_s, 0), " tok/s | ", fixed(r.step_ms, 0),
+                " ms | ETA ", format_duration(eta_s));
+    const ZeroMemory z = zero->memory();
+    line += str(" | states dev ", format_bytes(z.shard_bytes + z.gathered_bytes));
+    if (z.pinned_bytes) line += str(" pin ", format_bytes(z.pinned_bytes));
+    if (z.host_bytes) line += str(" host ", format_bytes(z.host_bytes));
+    if (z.nvme_bytes) line += str(" nvme ", format_bytes(z.nvme_bytes));
+    return line;
   }
 
   double evaluate() {
@@ -533,7 +591,9 @@ struct Trainer::Impl {
       dpc->all_reduce(*comm, h, 1, CommType::f64, ReduceOp::sum);
       comm->synchronize();
     }
-    return h[0] / (double(cfg.eval.batches) * B * T);
+    last_eval_loss = h[0] / (double(cfg.eval.batches) * B * T);
+    last_eval_step = steps_done;
+    return last_eval_loss;
   }
 
   void forward_all_eval() {
@@ -573,12 +633,23 @@ TrainSummary Trainer::train() {
   const int64_t first = m.steps_done;  // > 0 when resumed
   const int64_t end = m.opt.stop_after > 0 ? std::min<int64_t>(m.opt.stop_after, m.cfg.train.steps)
                                            : m.cfg.train.steps;
+  m.progress_end = end;
+  m.progress_first_step = -1;
   while (m.steps_done < end) {
     const int64_t i = m.steps_done - first;
     m.trace_step_begin(m.steps_done + 1);
     StepRecord r = m.step(lr);
     m.trace_step_end(r.step);
     s.losses.push_back(r.loss);
+    // Validation on the fixed eval windows: it reads only the compute copy, so training (and a
+    // save reading master, m and v behind it) goes on exactly as without it.
+    if (m.cfg.eval.every > 0 && (r.step % m.cfg.eval.every == 0 || r.step == end)) {
+      r.eval_loss = m.evaluate();
+      if (s.best_eval_step < 0 || r.eval_loss < s.best_eval_loss) {
+        s.best_eval_loss = r.eval_loss;
+        s.best_eval_step = r.step;
+      }
+    }
     if (i > 0 || end - first == 1) {
       timed_ms += r.step_ms;
       timed_tokens += r.tokens_per_s * r.step_ms / 1000.0;
@@ -592,7 +663,11 @@ TrainSummary Trainer::train() {
   if (m.opt.peak_flops > 0)
     s.mfu = s.tokens_per_s * m.model->train_flops_per_token(m.cfg.data.seq_len) / (m.opt.peak_flops * m.dp);
   s.device_peak_bytes = m.device_peak_over_ranks();
-  if (m.cfg.eval.batches > 0) s.eval_loss = m.evaluate();
+  if (m.cfg.eval.batches > 0) s.eval_loss = m.last_eval_step == m.steps_done ? m.last_eval_loss : m.evaluate();
+  if (s.eval_loss >= 0 && (s.best_eval_step < 0 || s.eval_loss < s.best_eval_loss)) {
+    s.best_eval_loss = s.eval_loss;
+    s.best_eval_step = m.steps_done;
+  }
   s.host_peak_rss_bytes = peak_rss_bytes();
   return s;
 }

@@ -45,11 +45,14 @@ struct StepRecord {
   // one or for a save to read the states before the optimizer step); the step it saved, or -1.
   double checkpoint_stall_ms = 0;
   int64_t checkpoint_saved = -1;
+  double eval_loss = -1;   // validation after this step (eval.every), or < 0 when none ran
 };
 
 struct TrainSummary {
   std::vector<double> losses;     // one per step
-  double eval_loss = -1;          // < 0 when not evaluated
+  double eval_loss = -1;          // after the last step; < 0 when not evaluated
+  double best_eval_loss = -1;     // lowest over every evaluation of the run (eval.every)
+  int64_t best_eval_step = -1;    // the step it followed
   double tokens_per_s = 0;        // over all steps but the first
   double mfu = 0;
   double seconds = 0;

@@ -55,6 +55,8 @@ void run_train(const TrainArgs& a) {
     std::printf("done: %d steps in %.1f s | loss %.4f -> %.4f", int(s.losses.size()), s.seconds,
                 s.losses.empty() ? 0.0 : s.losses.front(), s.losses.empty() ? 0.0 : s.losses.back());
     if (s.eval_loss >= 0) std::printf(" | eval loss %.4f", s.eval_loss);
+    if (s.best_eval_step >= 0 && cfg.eval.every > 0)
+      std::printf(" (best %.4f at step %lld)", s.best_eval_loss, (long long)s.best_eval_step);
     std::printf("\n      %.0f tokens/s | MFU %.1f%% | device peak %s | host peak RSS %s\n",
                 s.tokens_per_s, 100.0 * s.mfu, format_bytes(s.device_peak_bytes).c_str(),
                 format_bytes(s.host_peak_rss_bytes).c_str());

@@ -216,6 +216,12 @@ TEST(Config, BadEnumValueListsTheChoices) {
                    "\"device\", \"host\", \"nvme\"");
 }
 
+TEST(Config, EvalEveryNeedsBatches) {
+  EXPECT_EQ(load_text("[eval]\nevery = 50\n").eval.every, 50);
+  EXPECT_ERROR_HAS(load_text("[eval]\nevery = 50\nbatches = 0\n"), "eval.every", "eval.batches");
+  EXPECT_ERROR_HAS(load_text("[eval]\nevery = -1\n"), "eval.every");
+}
+
 TEST(Config, OffloadTierRules) {
   Config c = load_text("[offload]\nparams = \"host\"\noptimizer = \"host\"\ngrads = \"host\"\n");
   EXPECT_EQ(c.offload.params, Tier::host);

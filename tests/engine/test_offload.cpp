@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <cstdio>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 
@@ -102,6 +103,73 @@ TEST_P(Placements, EveryPlacementIsBitIdenticalToAllDevice) {
 
 INSTANTIATE_TEST_SUITE_P(Offload, Placements, testing::Values(Precision::fp32, Precision::bf16),
                          [](const auto& info) { return info.param == Precision::bf16 ? "bf16" : "f32"; });
+
+// eval.every: validation between steps reads only the compute copy, on every tier; the training
+// numbers are those of the run without it, and each eval loss is the one a run stopped at that
+// step measures (eval.batches odd, so with 2 ranks one rank repeats a batch and drops its loss).
+TEST(Offload, ValidationDuringTrainingChangesNoNumber) {
+  Config plain = base(Precision::bf16);
+  plain.train.steps = 5;
+  plain.eval.batches = 3;
+  const std::string dir = nvme_dir("eval");
+  struct Placement {
+    Tier params, grads, optimizer;
+    int zero_prefetch, offload_prefetch;
+  };
+  std::vector<double> first_evals;
+  for (Placement p : {Placement{Tier::device, Tier::device, Tier::device, 1, 1},
+                      Placement{Tier::nvme, Tier::host, Tier::nvme, 2, 0},
+                      Placement{Tier::host, Tier::host, Tier::host, 0, 2}}) {
+    Config c = plain;
+    c.offload.params = p.params;
+    c.offload.grads = p.grads;
+    c.offload.optimizer = p.optimizer;
+    c.zero.prefetch = p.zero_prefetch;
+    c.offload.prefetch = p.offload_prefetch;
+    if (p.params == Tier::nvme || p.optimizer == Tier::nvme) c.offload.nvme_path = {dir};
+    const std::string what = str("params=", name(p.params), " grads=", name(p.grads),
+                                 " optimizer=", name(p.optimizer));
+    SCOPED_TRACE(what);
+    const Result ref = run(c);
+
+    Config ev = c;
+    ev.eval.every = 2;
+    std::vector<std::pair<int64_t, double>> evals;
+    TrainerOptions opt;
+    opt.on_step = [&](const StepRecord& r) {
+      if (r.eval_loss >= 0) evals.emplace_back(r.step, r.eval_loss);
+    };
+    opt.progress = false;
+    Trainer t(ev, world(), opt);
+    const TrainSummary s = t.train();
+    EXPECT_EQ(s.losses, ref.losses) << "validation changed the training losses";
+    std::vector<std::vector<float>> weights;
+    for (const auto& n : t.parameter_names()) weights.push_back(t.parameter(n));
+    EXPECT_TRUE(weights == ref.weights) << "validation changed the final weights";
+
+    ASSERT_EQ(evals.size(), 3u);  // after steps 2, 4 and the last (5)
+    EXPECT_EQ(evals[0].first, 2);
+    EXPECT_EQ(evals[1].first, 4);
+    EXPECT_EQ(evals[2].first, 5);
+    EXPECT_EQ(s.eval_loss, evals[2].second) << "the final evaluation is the last step's";
+    double best = evals[0].second;
+    int64_t best_step = evals[0].first;
+    for (auto [step, loss] : evals)
+      if (loss < best) best = loss, best_step = step;
+    EXPECT_EQ(s.best_eval_loss, best);
+    EXPECT_EQ(s.best_eval_step, best_step);
+
+    // The eval loss after step 2 is what a run interrupted there measures at its end.
+    TrainerOptions stop;
+    stop.progress = false;
+    stop.stop_after = 2;
+    Trainer st(c, world(), stop);
+    EXPECT_EQ(st.train().eval_loss, evals[0].second);
+    first_evals.push_back(evals[0].second);
+    EXPECT_TRUE(std::isfinite(evals[0].second) && evals[0].second > 0);
+  }
+  for (double e : first_evals) EXPECT_EQ(e, first_evals[0]) << "the eval loss depends on the tier";
+}
 
 TEST(Offload, NvmeStripedOverTwoDirectories) {
   Config c = base(Precision::bf16);
