@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# `strata report` end to end: a small training writes its metrics; the report of that run beside
-# a hand-written one (with eval_loss and a line to skip) writes the SVG and the CSV whole, with
-# one row per run × step; bad input exits 1 with a message and leaves no output behind.
+# `strata report` end to end: a small training writes its metrics (eval_loss every 2 steps); the
+# report of that run beside a hand-written one (with eval_loss and a line to skip) writes the SVG
+# and the CSV whole, with one row per run × step; bad input exits 1 with a message and leaves no
+# output behind.
 # `strata bench sweep --render` re-renders the sweep saved in bench/results through the same
 # chart code. Usage: test_report.sh STRATA SOURCE_DIR WORK_DIR
 set -u
@@ -16,7 +17,7 @@ fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
 timeout 300 "$strata" train --set model.dim=64 --set model.n_layers=2 --set model.n_heads=4 \
   --set model.n_kv_heads=2 --set model.ffn_dim=128 --set data.seq_len=32 --set data.micro_batch=2 \
-  --set train.steps=4 --set eval.batches=0 --set log.every=1 \
+  --set train.steps=4 --set eval.batches=1 --set eval.every=2 --set log.every=1 \
   --set "log.metrics=$work/trained.jsonl" >"$work/train.log" 2>&1 || fail "the training run failed: $(tail -n 3 "$work/train.log")"
 
 cat >"$work/hand.jsonl" <<'JSONL'
@@ -35,10 +36,12 @@ grep -q "hand.jsonl: 1 of 3 line(s) skipped" "$work/report.err" || fail "no note
 head -n 1 "$work/report.csv" | grep -qx "run,step,loss,eval_loss,tokens_per_s,step_ms,compute_ms,comm_ms,optimizer_ms,io_wait_ms,device_peak_bytes,pinned_bytes,host_state_bytes,nvme_bytes" \
   || fail "CSV header: $(head -n 1 "$work/report.csv")"
 grep -q "^by hand,2,2.5,2.75,110,,,,,,,,,$" "$work/report.csv" || fail "the hand-written step 2 row is missing"
-[ "$(grep -c '^trained,[1-4],[0-9.]*,,[0-9.e+]*,[0-9.e+]*,' "$work/report.csv")" -eq 4 ] || fail "trained rows: $(grep '^trained' "$work/report.csv")"
+[ "$(grep -c '^trained,[13],[0-9.]*,,[0-9.e+]*,[0-9.e+]*,' "$work/report.csv")" -eq 2 ] || fail "trained rows: $(grep '^trained' "$work/report.csv")"
+[ "$(grep -c '^trained,[24],[0-9.]*,[0-9.]\+,[0-9.e+]*,[0-9.e+]*,' "$work/report.csv")" -eq 2 ] || fail "trained rows with eval.every=2: $(grep '^trained' "$work/report.csv")"
 tail -n 1 "$work/report.svg" | grep -qx "</svg>" || fail "report.svg does not end with </svg>"
 grep -q "<title>trained: loss</title></polyline>" "$work/report.svg" || fail "no loss curve of the trained run"
 grep -q "<title>by hand: eval loss</title>" "$work/report.svg" || fail "no eval loss of the hand-written run"
+grep -q "<title>trained: eval loss</title></polyline>" "$work/report.svg" || fail "no eval loss curve of the trained run"
 ls "$work"/*.tmp >/dev/null 2>&1 && fail "a .tmp file was left behind"
 
 # Bad input: exit 1, "strata: error: [component::op] ..." naming the problem, nothing written.
