@@ -609,6 +609,8 @@ Trainer::~Trainer() = default;
 
 int64_t Trainer::num_params() const { return impl_->model->num_params(); }
 
+const Config& Trainer::config() const { return impl_->cfg; }
+
 std::vector<std::string> Trainer::parameter_names() const {
   std::vector<std::string> names;
   for (const auto& u : impl_->model->units())

@@ -116,6 +116,9 @@ class Trainer {
   // mean loss and, when `logits` is not null, the logits (B × T × V).
   double forward_logits(const int32_t* inputs, const int32_t* targets, std::vector<float>* logits);
   int64_t num_params() const;
+  // The effective config: the given one with the model section of --init-from's config.json or
+  // of the checkpoint resumed from.
+  const Config& config() const;
   std::vector<std::string> parameter_names() const;  // Hugging Face names, in unit order
   // This rank's device bytes of model state (shards) and gathered working set (slots), from the
   // ZeRO engine's own accounting.

@@ -35,11 +35,12 @@ void run_train(const TrainArgs& a) {
     apply_fault_hooks(world->rank(), opt);
     trainer = std::make_unique<Trainer>(cfg, *world, opt);
     const bool lead = world->rank() == 0;
+    const ModelConfig& model = trainer->config().model;  // --init-from's, when given
     if (lead) {
       std::printf("strata train: %lld parameters (%d layers, dim %d, %d heads / %d kv), data %s, "
                   "batch %d x %d x %d accum x %d ranks, %d steps, %s\n",
-                  (long long)trainer->num_params(), cfg.model.n_layers, cfg.model.dim,
-                  cfg.model.n_heads, cfg.model.n_kv_heads, cfg.data.path.c_str(), cfg.data.micro_batch,
+                  (long long)trainer->num_params(), model.n_layers, model.dim, model.n_heads,
+                  model.n_kv_heads, cfg.data.path.c_str(), cfg.data.micro_batch,
                   cfg.data.seq_len, cfg.train.grad_accum, world->size(), cfg.train.steps,
                   std::string(precision_name(cfg.train.precision)).c_str());
       std::printf("MFU is measured against %.1f GFLOP/s (f32 GEMM%s)\n", opt.peak_flops / 1e9,

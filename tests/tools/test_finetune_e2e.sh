@@ -47,6 +47,7 @@ step "fine-tune (40 steps, eval every 10)"
   > train.out 2> train.err || { cat train.out train.err; fail "strata train"; }
 cat train.out
 grep -q "best .* at step" train.out || fail "the summary has no best eval loss"
+grep -q "(2 layers, dim 64," train.out || fail "the first line does not describe --init-from's model"
 evals=$("$py" -c '
 import json
 rows = [json.loads(l) for l in open("finetune/metrics.jsonl")]
