@@ -9,7 +9,7 @@
 #include "core/error.h"
 #include "core/size.h"
 #include "engine/checkpoint.h"
-#include "engine/comm.h"
+#include "comm/comm.h"
 #include "engine/config.h"
 #include "engine/model.h"
 #include "engine/trainer.h"

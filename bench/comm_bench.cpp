@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "engine/comm.h"
+#include "comm/comm.h"
 #include "kernels/device.h"
 
 namespace strata {

@@ -15,7 +15,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/size.h"
-#include "engine/comm.h"
+#include "comm/comm.h"
 #include "engine/config.h"
 #include "engine/model.h"
 #include "engine/plan.h"

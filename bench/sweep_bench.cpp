@@ -8,7 +8,7 @@
 #include "bench/io_bench.h"
 #include "core/error.h"
 #include "core/size.h"
-#include "engine/comm.h"
+#include "comm/comm.h"
 #include "engine/config.h"
 #include "engine/trainer.h"
 #include "report/chart.h"

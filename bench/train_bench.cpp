@@ -6,7 +6,7 @@
 #include "bench/gemm_bench.h"
 #include "core/cpu.h"
 #include "core/error.h"
-#include "engine/comm.h"
+#include "comm/comm.h"
 #include "engine/config.h"
 #include "engine/model.h"
 #include "engine/trainer.h"

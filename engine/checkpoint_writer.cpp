@@ -18,7 +18,7 @@
 #include "core/size.h"
 #include "core/trace.h"
 #include "core/watchdog.h"
-#include "engine/comm.h"
+#include "comm/comm.h"
 #include "io/backend.h"
 #include "io/file_io.h"
 #include "kernels/device.h"

@@ -19,7 +19,7 @@
 
 #include "engine/checkpoint.h"
 #include "engine/checkpoint_writer.h"
-#include "engine/comm.h"
+#include "comm/comm.h"
 #include "engine/config.h"
 #include "engine/zero.h"
 #include "kernels/device.h"

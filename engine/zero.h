@@ -30,7 +30,7 @@
 #include <vector>
 
 #include "core/dtype.h"
-#include "engine/comm.h"
+#include "comm/comm.h"
 #include "engine/config.h"
 #include "engine/model.h"
 #include "io/fault_backend.h"

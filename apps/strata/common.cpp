@@ -9,7 +9,7 @@
 
 #include "core/error.h"
 #include "engine/checkpoint.h"
-#include "engine/comm_registry.h"
+#include "comm/comm_registry.h"
 
 namespace strata::app {
 

@@ -8,7 +8,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "engine/comm.h"
+#include "comm/comm.h"
 #include "engine/config.h"
 #include "engine/trainer.h"
 

@@ -15,7 +15,7 @@
 
 #include "core/error.h"
 #include "engine/checkpoint.h"
-#include "engine/comm_registry.h"
+#include "comm/comm_registry.h"
 #include "engine/safetensors.h"
 #include "engine/trainer.h"
 #include "kernels/device.h"

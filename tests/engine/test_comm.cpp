@@ -9,9 +9,9 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
-#include "engine/comm.h"
-#include "engine/comm_registry.h"
-#include "engine/mesh.h"
+#include "comm/comm.h"
+#include "comm/comm_registry.h"
+#include "comm/mesh.h"
 #include "kernels/device.h"
 
 using namespace strata;

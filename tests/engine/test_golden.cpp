@@ -15,7 +15,7 @@
 #include <cmath>
 #include <filesystem>
 
-#include "engine/comm.h"
+#include "comm/comm.h"
 #include "engine/safetensors.h"
 #include "engine/trainer.h"
 

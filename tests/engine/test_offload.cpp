@@ -13,7 +13,7 @@
 #include <fstream>
 
 #include "core/error.h"
-#include "engine/comm_registry.h"
+#include "comm/comm_registry.h"
 #include "engine/plan.h"
 #include "engine/trainer.h"
 #include "io/fault_backend.h"

@@ -20,7 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/comm.h"
+#include "comm/comm.h"
 #include "engine/safetensors.h"
 #include "engine/trainer.h"
 #include "kernels/rope_tables.h"

@@ -20,7 +20,7 @@
 #include <tuple>
 
 #include "core/error.h"
-#include "engine/comm_registry.h"
+#include "comm/comm_registry.h"
 #include "engine/trainer.h"
 #include "tests/support/deadline.h"
 

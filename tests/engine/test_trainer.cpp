@@ -9,7 +9,7 @@
 #include <random>
 
 #include "core/error.h"
-#include "engine/comm.h"
+#include "comm/comm.h"
 #include "engine/trainer.h"
 
 using namespace strata;

@@ -28,8 +28,8 @@
 #include <cmath>
 #include <filesystem>
 
-#include "engine/comm.h"
-#include "engine/comm_registry.h"
+#include "comm/comm.h"
+#include "comm/comm_registry.h"
 #include "engine/model.h"
 #include "engine/trainer.h"
 #include "tests/engine/reference_trainer.h"

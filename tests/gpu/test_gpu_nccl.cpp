@@ -1,4 +1,4 @@
-// The NCCL communicator (engine/comm_nccl.h): every operation against values computed from the
+// The NCCL communicator (comm/comm_nccl.h): every operation against values computed from the
 // rank numbers (integers, exact in every type), in-place gathers, host buffers staged through
 // the device, ordering against the caller's stream by events (a gated producer), split, and
 // misuse. Plainly it runs one rank (Solo bootstrap, a 1-rank NCCL communicator); under mpirun
@@ -15,9 +15,9 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
-#include "engine/comm.h"
-#include "engine/comm_nccl.h"
-#include "engine/comm_registry.h"
+#include "comm/comm.h"
+#include "comm/comm_nccl.h"
+#include "comm/comm_registry.h"
 #include "kernels/device.h"
 #include "tests/gpu/gpu_test_util.h"
 

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "engine/comm.h"
+#include "comm/comm.h"
 #include "engine/trainer.h"
 #include "tests/gpu/gpu_test_util.h"
 

@@ -14,7 +14,7 @@
 #include <string>
 #include <thread>
 
-#include "engine/comm_registry.h"
+#include "comm/comm_registry.h"
 
 namespace strata::test {
 

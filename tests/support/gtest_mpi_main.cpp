@@ -9,7 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "engine/comm_registry.h"
+#include "comm/comm_registry.h"
 #include "tests/support/skip_status.h"
 
 namespace {

@@ -1,10 +1,10 @@
-// engine/comm_mpi.h — the MPI backend's entry point (implemented by comm_mpi.cpp when MPI is
+// comm/comm_mpi.h — the MPI backend's entry point (implemented by comm_mpi.cpp when MPI is
 // built, by no_mpi.cpp otherwise). Plain C++: no MPI header here.
 #pragma once
 
 #include <memory>
 
-#include "engine/comm.h"
+#include "comm/comm.h"
 
 namespace strata {
 

@@ -1,9 +1,9 @@
-// engine/comm_solo.cpp — the one-rank communicator: gathers and reductions are copies on the
+// comm/comm_solo.cpp — the one-rank communicator: gathers and reductions are copies on the
 // stream (nothing at all when source and destination are the same memory).
 #include <cstring>
 
 #include "core/error.h"
-#include "engine/comm.h"
+#include "comm/comm.h"
 #include "kernels/device.h"
 
 namespace strata {

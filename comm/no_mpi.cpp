@@ -1,6 +1,6 @@
-// engine/no_mpi.cpp — the stub compiled when strata is built without MPI.
+// comm/no_mpi.cpp — the stub compiled when strata is built without MPI.
 #include "core/error.h"
-#include "engine/comm_mpi.h"
+#include "comm/comm_mpi.h"
 
 namespace strata {
 

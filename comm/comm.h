@@ -1,4 +1,4 @@
-// engine/comm.h — the communicator seam: collectives and point-to-point transfers of one group
+// comm/comm.h — the communicator seam: collectives and point-to-point transfers of one group
 // of ranks, each enqueued on a stream and asynchronous to the caller.
 //
 // Every rank of the group must enqueue the same collectives in the same order. Buffers are

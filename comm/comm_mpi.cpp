@@ -1,4 +1,4 @@
-// engine/comm_mpi.cpp — the MPI communicator: CPU buffers; every operation is a task on the
+// comm/comm_mpi.cpp — the MPI communicator: CPU buffers; every operation is a task on the
 // stream it is enqueued on, so the stream's worker thread issues the MPI call in stream order
 // and communication overlaps compute running on other streams.
 //
@@ -26,9 +26,9 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "engine/comm.h"
+#include "comm/comm.h"
 #include "core/watchdog.h"
-#include "engine/comm_mpi.h"
+#include "comm/comm_mpi.h"
 #include "kernels/device.h"
 
 namespace strata {

@@ -1,13 +1,13 @@
-// engine/comm_registry.cpp — picks Solo or MPI for the world communicator, and ends the whole
+// comm/comm_registry.cpp — picks Solo or MPI for the world communicator, and ends the whole
 // job when one rank cannot go on (NCCL communicators aborted first, then MPI_Abort).
-#include "engine/comm_registry.h"
+#include "comm/comm_registry.h"
 
 #include <cstdio>
 #include <cstdlib>
 
 #include "core/watchdog.h"
-#include "engine/comm_mpi.h"
-#include "engine/comm_nccl.h"
+#include "comm/comm_mpi.h"
+#include "comm/comm_nccl.h"
 
 namespace strata {
 namespace {

@@ -1,4 +1,4 @@
-// engine/mesh.h — the device mesh: world = pp × dp × tp ranks, tp fastest (tensor-parallel ranks
+// comm/mesh.h — the device mesh: world = pp × dp × tp ranks, tp fastest (tensor-parallel ranks
 // adjacent, as on one NVLink node), then dp, then pp; one communicator per axis.
 //
 // World rank = (pp_index · dp + dp_index) · tp + tp_index. The dp communicator of a rank holds
@@ -8,7 +8,7 @@
 
 #include <memory>
 
-#include "engine/comm.h"
+#include "comm/comm.h"
 
 namespace strata {
 

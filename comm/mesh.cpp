@@ -1,5 +1,5 @@
-// engine/mesh.cpp — make_mesh.
-#include "engine/mesh.h"
+// comm/mesh.cpp — make_mesh.
+#include "comm/mesh.h"
 
 #include "core/error.h"
 

@@ -1,11 +1,11 @@
-// engine/comm_registry.h — the communicator of this process: MPI when launched by an MPI
+// comm/comm_registry.h — the communicator of this process: MPI when launched by an MPI
 // launcher (mpirun sets OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK) and built with MPI, Solo
 // otherwise. The only place that knows which communication backends were built.
 #pragma once
 
 #include <memory>
 
-#include "engine/comm.h"
+#include "comm/comm.h"
 
 namespace strata {
 

@@ -1,4 +1,4 @@
-// engine/comm_nccl.h — the NCCL communicator's entry point (comm_nccl.cpp when NCCL and CUDA are
+// comm/comm_nccl.h — the NCCL communicator's entry point (comm_nccl.cpp when NCCL and CUDA are
 // built, no_nccl.cpp otherwise). Plain C++: no CUDA or NCCL header here.
 //
 // make_nccl_communicator is collective over `bootstrap` (the MPI world, a split of it, or Solo):
@@ -16,7 +16,7 @@
 
 #include <memory>
 
-#include "engine/comm.h"
+#include "comm/comm.h"
 
 namespace strata {
 

@@ -1,6 +1,6 @@
-// engine/no_nccl.cpp — the stub compiled when strata is built without NCCL (or without CUDA).
+// comm/no_nccl.cpp — the stub compiled when strata is built without NCCL (or without CUDA).
 #include "core/error.h"
-#include "engine/comm_nccl.h"
+#include "comm/comm_nccl.h"
 
 namespace strata {
 

@@ -1,4 +1,4 @@
-// engine/comm_nccl.cpp — the NCCL communicator: collectives and point-to-point transfers of CUDA
+// comm/comm_nccl.cpp — the NCCL communicator: collectives and point-to-point transfers of CUDA
 // buffers (see comm_nccl.h for the contract and the bootstrap).
 //
 // Ordering: each operation records an event on the caller's stream, makes the communicator's
@@ -23,7 +23,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
-#include "engine/comm_nccl.h"
+#include "comm/comm_nccl.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/device.h"
 
