@@ -30,6 +30,18 @@ class Ops {
   virtual void embedding_bwd(Stream& s, float* dwte, const float* dout, const int32_t* tokens,
                              int N, int C, int V) = 0;
 
+  // Vocabulary-parallel embedding (tensor parallelism splits wte by rows): wte_part (rows, C)
+  // holds rows [row_begin, row_begin + rows) of the (V, C) table. out (N, C) = the token's row
+  // when this part holds it, else 0 (the tp ranks' outputs sum to the full lookup); tokens in
+  // [0, V) (a token outside is an Error).
+  virtual void embedding_part_fwd(Stream& s, float* out, const int32_t* tokens,
+                                  const float* wte_part, int N, int C, int V, int row_begin,
+                                  int rows) = 0;
+  // dwte_part (rows, C) += dout (N, C) rows whose token this part holds.
+  virtual void embedding_part_bwd(Stream& s, float* dwte_part, const float* dout,
+                                  const int32_t* tokens, int N, int C, int V, int row_begin,
+                                  int rows) = 0;
+
   // RMSNorm (Hugging Face LlamaRMSNorm): rstd[n] = 1 / sqrt(mean_c(x[n,c]^2) + eps),
   // out[n,c] = (x[n,c] * rstd[n]) * w[c]. x, out (N, C); w (C); rstd (N) saved for backward.
   virtual void rmsnorm_fwd(Stream& s, float* out, float* rstd, const float* x, const float* w,
@@ -87,6 +99,25 @@ class Ops {
   // get zero. dlogits may be the same memory as logits (in place).
   virtual void cross_entropy_bwd(Stream& s, float* dlogits, const float* logits,
                                  const int32_t* targets, float dloss, int N, int V) = 0;
+
+  // Vocabulary-parallel cross-entropy (Megatron's layout: no rank holds a full logits row).
+  // logits (N, Vp) are columns [col_begin, col_begin + Vp) of the full (N, V) logits.
+  // 1. stats (N, 2) = { logsumexp over this part's row, the target's logit when this part
+  //    holds its column else 0 }; targets < V (negative: ignored, stats {0, 0}).
+  virtual void cross_entropy_part_fwd(Stream& s, float* stats, const float* logits,
+                                      const int32_t* targets, int N, int Vp, int col_begin,
+                                      int V) = 0;
+  // 2. stats_all (P, N, 2): every part's stats in part order (an all-gather of step 1).
+  //    lse (N) = log Σ_p exp(stats_all[p, n, 0]) (computed in double from the largest);
+  //    losses (N) = lse − Σ_p stats_all[p, n, 1]; negative target: loss 0, lse 0.
+  virtual void cross_entropy_combine(Stream& s, float* losses, float* lse,
+                                     const float* stats_all, const int32_t* targets, int N,
+                                     int P) = 0;
+  // 3. dlogits (N, Vp) = (exp(logits − lse) − onehot(target)) · dloss over this part's
+  //    columns; negative target: zero row; in place allowed.
+  virtual void cross_entropy_part_bwd(Stream& s, float* dlogits, const float* logits,
+                                      const float* lse, const int32_t* targets, float dloss,
+                                      int N, int Vp, int col_begin, int V) = 0;
 
   // out (n) = a + b; out may alias a or b.
   virtual void add(Stream& s, float* out, const float* a, const float* b, size_t n) = 0;

@@ -29,6 +29,16 @@ class CpuOps final : public Ops {
     launch(s, "embedding_bwd", cpu::fast::embedding_bwd, cpu::ref::embedding_bwd<float>, dwte, dout,
            tokens, N, C, V);
   }
+  void embedding_part_fwd(Stream& s, float* out, const int32_t* tokens, const float* wte_part,
+                          int N, int C, int V, int row_begin, int rows) override {
+    launch(s, "embedding_part_fwd", cpu::fast::embedding_part_fwd,
+           cpu::ref::embedding_part_fwd<float>, out, tokens, wte_part, N, C, V, row_begin, rows);
+  }
+  void embedding_part_bwd(Stream& s, float* dwte_part, const float* dout, const int32_t* tokens,
+                          int N, int C, int V, int row_begin, int rows) override {
+    launch(s, "embedding_part_bwd", cpu::fast::embedding_part_bwd,
+           cpu::ref::embedding_part_bwd<float>, dwte_part, dout, tokens, N, C, V, row_begin, rows);
+  }
   void rmsnorm_fwd(Stream& s, float* out, float* rstd, const float* x, const float* w, int N, int C,
                    float eps) override {
     launch(s, "rmsnorm_fwd", cpu::fast::rmsnorm_fwd, cpu::ref::rmsnorm_fwd<float>, out, rstd, x, w,
@@ -91,6 +101,24 @@ class CpuOps final : public Ops {
                          float dloss, int N, int V) override {
     launch(s, "cross_entropy_bwd", cpu::fast::cross_entropy_bwd, cpu::ref::cross_entropy_bwd<float>,
            dlogits, logits, targets, dloss, N, V);
+  }
+  void cross_entropy_part_fwd(Stream& s, float* stats, const float* logits,
+                              const int32_t* targets, int N, int Vp, int col_begin,
+                              int V) override {
+    launch(s, "cross_entropy_part_fwd", cpu::fast::cross_entropy_part_fwd,
+           cpu::ref::cross_entropy_part_fwd<float>, stats, logits, targets, N, Vp, col_begin, V);
+  }
+  void cross_entropy_combine(Stream& s, float* losses, float* lse, const float* stats_all,
+                             const int32_t* targets, int N, int P) override {
+    launch(s, "cross_entropy_combine", cpu::fast::cross_entropy_combine,
+           cpu::ref::cross_entropy_combine<float>, losses, lse, stats_all, targets, N, P);
+  }
+  void cross_entropy_part_bwd(Stream& s, float* dlogits, const float* logits, const float* lse,
+                              const int32_t* targets, float dloss, int N, int Vp, int col_begin,
+                              int V) override {
+    launch(s, "cross_entropy_part_bwd", cpu::fast::cross_entropy_part_bwd,
+           cpu::ref::cross_entropy_part_bwd<float>, dlogits, logits, lse, targets, dloss, N, Vp,
+           col_begin, V);
   }
   void add(Stream& s, float* out, const float* a, const float* b, size_t n) override {
     launch(s, "add", cpu::fast::add, cpu::ref::add<float>, out, a, b, n);

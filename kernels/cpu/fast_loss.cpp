@@ -79,4 +79,71 @@ void cross_entropy_bwd(float* dlogits, const float* logits, const int32_t* targe
   });
 }
 
+// Vocabulary-parallel parts (kernels/ops.h): stats (N, 2) = {lse of this part's row, the
+// target's logit when this part holds it, else 0}.
+void cross_entropy_part_fwd(float* stats, const float* logits, const int32_t* targets, int N,
+                            int Vp, int col_begin, int V) {
+  check_dims("cross_entropy_part_fwd", N, Vp);
+  check_vocab_part("cross_entropy_part_fwd", V, col_begin, Vp);
+  check_targets("cross_entropy_part_fwd", targets, N, V);
+  parallel_rows(N, rows_per_task(Vp), [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n) {
+      const int32_t t = targets[n];
+      const float* row = logits + n * Vp;
+      const int64_t j = int64_t(t) - col_begin;
+      stats[2 * n] = t < 0 ? 0.0f : row_logsumexp(row, Vp);
+      stats[2 * n + 1] = (t >= 0 && j >= 0 && j < Vp) ? row[j] : 0.0f;
+    }
+  });
+}
+
+// lse = log Σ_p exp(part lse) in double from the largest; loss = lse − Σ_p target logits.
+void cross_entropy_combine(float* losses, float* lse, const float* stats_all,
+                           const int32_t* targets, int N, int P) {
+  check_dims("cross_entropy_combine", N, P);
+  if (P < 1) fail("cpu::cross_entropy_combine", str("P=", P, " parts; at least one is needed"));
+  parallel_rows(N, 4096, [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n) {
+      if (targets[n] < 0) {
+        losses[n] = lse[n] = 0.0f;
+        continue;
+      }
+      double m = -std::numeric_limits<double>::infinity(), target = 0, z = 0;
+      for (int p = 0; p < P; ++p) m = std::max(m, double(stats_all[(int64_t(p) * N + n) * 2]));
+      for (int p = 0; p < P; ++p) {
+        z += std::exp(double(stats_all[(int64_t(p) * N + n) * 2]) - m);
+        target += double(stats_all[(int64_t(p) * N + n) * 2 + 1]);
+      }
+      const double l = m + std::log(z);
+      lse[n] = float(l);
+      losses[n] = float(l - target);
+    }
+  });
+}
+
+// dlogits = (exp(logits − lse) − onehot) · dloss over this part's columns; in place allowed.
+void cross_entropy_part_bwd(float* dlogits, const float* logits, const float* lse,
+                            const int32_t* targets, float dloss, int N, int Vp, int col_begin,
+                            int V) {
+  check_dims("cross_entropy_part_bwd", N, Vp);
+  check_vocab_part("cross_entropy_part_bwd", V, col_begin, Vp);
+  check_targets("cross_entropy_part_bwd", targets, N, V);
+  parallel_rows(N, rows_per_task(Vp), [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n) {
+      const int32_t t = targets[n];
+      const float* row = logits + n * Vp;
+      float* drow = dlogits + n * Vp;
+      if (t < 0) {
+        std::fill(drow, drow + Vp, 0.0f);
+        continue;
+      }
+      const float l = lse[n];
+#pragma omp simd
+      for (int j = 0; j < Vp; ++j) drow[j] = exp_fast(row[j] - l) * dloss;
+      const int64_t jt = int64_t(t) - col_begin;
+      if (jt >= 0 && jt < Vp) drow[jt] -= dloss;
+    }
+  });
+}
+
 }  // namespace strata::cpu::fast

@@ -24,29 +24,50 @@ void check_tokens(const char* op, const int32_t* tokens, int N, int64_t V) {
 
 }  // namespace
 
-// out (N, C) = wte[tokens[n]].
-void embedding_fwd(float* out, const int32_t* tokens, const float* wte, int N, int C, int V) {
+// out (N, C) = the token's row of wte_part (rows [row_begin, row_begin + rows) of the table),
+// or zeros for a token another part holds.
+void embedding_part_fwd(float* out, const int32_t* tokens, const float* wte_part, int N, int C,
+                        int V, int row_begin, int rows) {
   check_dims("embedding_fwd", N, C);
+  check_vocab_part("embedding_fwd", V, row_begin, rows);
   check_tokens("embedding_fwd", tokens, N, V);
   parallel_rows(N, kEmbeddingRowsPerTask, [&](int64_t n0, int64_t n1) {
-    for (int64_t n = n0; n < n1; ++n)
-      std::memcpy(out + n * C, wte + int64_t(tokens[n]) * C, sizeof(float) * size_t(C));
+    for (int64_t n = n0; n < n1; ++n) {
+      const int64_t r = int64_t(tokens[n]) - row_begin;
+      if (r >= 0 && r < rows)
+        std::memcpy(out + n * C, wte_part + r * C, sizeof(float) * size_t(C));
+      else
+        std::memset(out + n * C, 0, sizeof(float) * size_t(C));
+    }
   });
 }
 
-// dwte (V, C) += scatter of dout (N, C). Parallel over column strips: each task adds every row
-// into its strip in row order, so there are no races and the sums are in the reference's order.
-void embedding_bwd(float* dwte, const float* dout, const int32_t* tokens, int N, int C, int V) {
+// dwte_part (rows, C) += scatter of the dout (N, C) rows whose token this part holds. Parallel
+// over column strips: each task adds every row into its strip in row order, so there are no
+// races and the sums are in the reference's order.
+void embedding_part_bwd(float* dwte_part, const float* dout, const int32_t* tokens, int N, int C,
+                        int V, int row_begin, int rows) {
   check_dims("embedding_bwd", N, C);
+  check_vocab_part("embedding_bwd", V, row_begin, rows);
   check_tokens("embedding_bwd", tokens, N, V);
   parallel_rows(C, kEmbeddingBwdColsPerTask, [&](int64_t c0, int64_t c1) {
     for (int64_t n = 0; n < N; ++n) {
-      float* __restrict dst = dwte + int64_t(tokens[n]) * C;
+      const int64_t r = int64_t(tokens[n]) - row_begin;
+      if (r < 0 || r >= rows) continue;
+      float* __restrict dst = dwte_part + r * C;
       const float* __restrict src = dout + n * C;
 #pragma omp simd
       for (int64_t c = c0; c < c1; ++c) dst[c] += src[c];
     }
   });
+}
+
+void embedding_fwd(float* out, const int32_t* tokens, const float* wte, int N, int C, int V) {
+  embedding_part_fwd(out, tokens, wte, N, C, V, 0, V);
+}
+
+void embedding_bwd(float* dwte, const float* dout, const int32_t* tokens, int N, int C, int V) {
+  embedding_part_bwd(dwte, dout, tokens, N, C, V, 0, V);
 }
 
 // out may alias a or b (same index only), which the simd loop allows.

@@ -19,6 +19,11 @@ namespace strata::cpu::fast {
 void embedding_fwd(float* out, const int32_t* tokens, const float* wte, int N, int C, int V);
 void embedding_bwd(float* dwte, const float* dout, const int32_t* tokens, int N, int C, int V);
 
+void embedding_part_fwd(float* out, const int32_t* tokens, const float* wte_part, int N, int C,
+                        int V, int row_begin, int rows);
+void embedding_part_bwd(float* dwte_part, const float* dout, const int32_t* tokens, int N, int C,
+                        int V, int row_begin, int rows);
+
 void rmsnorm_fwd(float* out, float* rstd, const float* x, const float* w, int N, int C, float eps);
 void rmsnorm_bwd(float* dx, float* dw, const float* dout, const float* x, const float* w,
                  const float* rstd, int N, int C);
@@ -45,6 +50,14 @@ void swiglu_bwd(float* dgate, float* dup, const float* dout, const float* gate, 
 void cross_entropy_fwd(float* losses, const float* logits, const int32_t* targets, int N, int V);
 void cross_entropy_bwd(float* dlogits, const float* logits, const int32_t* targets, float dloss,
                        int N, int V);
+
+void cross_entropy_part_fwd(float* stats, const float* logits, const int32_t* targets, int N,
+                            int Vp, int col_begin, int V);
+void cross_entropy_combine(float* losses, float* lse, const float* stats_all,
+                           const int32_t* targets, int N, int P);
+void cross_entropy_part_bwd(float* dlogits, const float* logits, const float* lse,
+                            const int32_t* targets, float dloss, int N, int Vp, int col_begin,
+                            int V);
 
 void add(float* out, const float* a, const float* b, size_t n);
 void scale(float* x, float alpha, size_t n);

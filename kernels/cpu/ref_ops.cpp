@@ -17,21 +17,39 @@ using Acc = double;  // every reduction accumulates in double
 // ---- embedding ------------------------------------------------------------------------------
 
 template <class Real>
-void embedding_fwd(Real* out, const int32_t* tokens, const Real* wte, int N, int C, int V) {
+void embedding_part_fwd(Real* out, const int32_t* tokens, const Real* wte_part, int N, int C, int V,
+                        int row_begin, int rows) {
   check_dims("embedding_fwd", N, C);
+  check_vocab_part("embedding_fwd", V, row_begin, rows);
   for (int n = 0; n < N; ++n) {
     if (tokens[n] < 0 || tokens[n] >= V) fail_index("embedding_fwd", "token", n, tokens[n], V);
-    for (int c = 0; c < C; ++c) out[size_t(n) * C + c] = wte[size_t(tokens[n]) * C + c];
+    const int64_t r = int64_t(tokens[n]) - row_begin;
+    for (int c = 0; c < C; ++c)
+      out[size_t(n) * C + c] = (r >= 0 && r < rows) ? wte_part[size_t(r) * C + c] : Real(0);
   }
 }
 
 template <class Real>
-void embedding_bwd(Real* dwte, const Real* dout, const int32_t* tokens, int N, int C, int V) {
+void embedding_part_bwd(Real* dwte_part, const Real* dout, const int32_t* tokens, int N, int C,
+                        int V, int row_begin, int rows) {
   check_dims("embedding_bwd", N, C);
+  check_vocab_part("embedding_bwd", V, row_begin, rows);
   for (int n = 0; n < N; ++n) {
     if (tokens[n] < 0 || tokens[n] >= V) fail_index("embedding_bwd", "token", n, tokens[n], V);
-    for (int c = 0; c < C; ++c) dwte[size_t(tokens[n]) * C + c] += dout[size_t(n) * C + c];
+    const int64_t r = int64_t(tokens[n]) - row_begin;
+    if (r < 0 || r >= rows) continue;
+    for (int c = 0; c < C; ++c) dwte_part[size_t(r) * C + c] += dout[size_t(n) * C + c];
   }
+}
+
+template <class Real>
+void embedding_fwd(Real* out, const int32_t* tokens, const Real* wte, int N, int C, int V) {
+  embedding_part_fwd(out, tokens, wte, N, C, V, 0, V);
+}
+
+template <class Real>
+void embedding_bwd(Real* dwte, const Real* dout, const int32_t* tokens, int N, int C, int V) {
+  embedding_part_bwd(dwte, dout, tokens, N, C, V, 0, V);
 }
 
 // ---- RMSNorm --------------------------------------------------------------------------------
@@ -304,6 +322,66 @@ void cross_entropy_bwd(Real* dlogits, const Real* logits, const int32_t* targets
   }
 }
 
+template <class Real>
+void cross_entropy_part_fwd(Real* stats, const Real* logits, const int32_t* targets, int N, int Vp,
+                            int col_begin, int V) {
+  check_dims("cross_entropy_part_fwd", N, Vp);
+  check_vocab_part("cross_entropy_part_fwd", V, col_begin, Vp);
+  for (int n = 0; n < N; ++n) {
+    const int32_t t = targets[n];
+    if (t >= V) fail_index("cross_entropy_part_fwd", "target", n, t, V);
+    const Real* row = logits + size_t(n) * Vp;
+    const int64_t j = int64_t(t) - col_begin;
+    stats[2 * size_t(n)] = t < 0 ? Real(0) : Real(row_logsumexp(row, Vp));
+    stats[2 * size_t(n) + 1] = (t >= 0 && j >= 0 && j < Vp) ? row[j] : Real(0);
+  }
+}
+
+template <class Real>
+void cross_entropy_combine(Real* losses, Real* lse, const Real* stats_all, const int32_t* targets,
+                           int N, int P) {
+  check_dims("cross_entropy_combine", N, P);
+  if (P < 1) fail("cpu::cross_entropy_combine", str("P=", P, " parts; at least one is needed"));
+  for (int n = 0; n < N; ++n) {
+    if (targets[n] < 0) {
+      losses[n] = lse[n] = 0;
+      continue;
+    }
+    Acc m = -std::numeric_limits<Acc>::infinity(), target = 0;
+    for (int p = 0; p < P; ++p) m = std::max(m, Acc(stats_all[(size_t(p) * N + n) * 2]));
+    Acc z = 0;
+    for (int p = 0; p < P; ++p) {
+      z += std::exp(Acc(stats_all[(size_t(p) * N + n) * 2]) - m);
+      target += Acc(stats_all[(size_t(p) * N + n) * 2 + 1]);
+    }
+    const Acc l = m + std::log(z);
+    lse[n] = Real(l);
+    losses[n] = Real(l - target);
+  }
+}
+
+template <class Real>
+void cross_entropy_part_bwd(Real* dlogits, const Real* logits, const Real* lse,
+                            const int32_t* targets, Real dloss, int N, int Vp, int col_begin, int V) {
+  check_dims("cross_entropy_part_bwd", N, Vp);
+  check_vocab_part("cross_entropy_part_bwd", V, col_begin, Vp);
+  for (int n = 0; n < N; ++n) {
+    const int32_t t = targets[n];
+    Real* drow = dlogits + size_t(n) * Vp;
+    if (t < 0) {
+      for (int j = 0; j < Vp; ++j) drow[j] = 0;
+      continue;
+    }
+    if (t >= V) fail_index("cross_entropy_part_bwd", "target", n, t, V);
+    const Real* row = logits + size_t(n) * Vp;
+    const int64_t jt = int64_t(t) - col_begin;
+    for (int j = 0; j < Vp; ++j) {  // in place: row[j] is read before drow[j] is written
+      Acc p = std::exp(Acc(row[j]) - Acc(lse[n]));
+      drow[j] = Real((p - (j == jt ? 1.0 : 0.0)) * Acc(dloss));
+    }
+  }
+}
+
 // ---- elementwise and reductions -------------------------------------------------------------
 
 template <class Real>
@@ -361,6 +439,15 @@ void cast_bf16_to_f32(float* out, const uint16_t* in, size_t n) {
                                  int);                                                             \
   template void cross_entropy_fwd<Real>(Real*, const Real*, const int32_t*, int, int);             \
   template void cross_entropy_bwd<Real>(Real*, const Real*, const int32_t*, Real, int, int);       \
+  template void embedding_part_fwd<Real>(Real*, const int32_t*, const Real*, int, int, int, int,  \
+                                         int);                                                     \
+  template void embedding_part_bwd<Real>(Real*, const Real*, const int32_t*, int, int, int, int,  \
+                                         int);                                                     \
+  template void cross_entropy_part_fwd<Real>(Real*, const Real*, const int32_t*, int, int, int,   \
+                                             int);                                                 \
+  template void cross_entropy_combine<Real>(Real*, Real*, const Real*, const int32_t*, int, int); \
+  template void cross_entropy_part_bwd<Real>(Real*, const Real*, const Real*, const int32_t*,     \
+                                             Real, int, int, int, int);                            \
   template void add<Real>(Real*, const Real*, const Real*, size_t);                                \
   template void scale<Real>(Real*, Real, size_t);                                                  \
   template void sum<Real>(double*, const Real*, size_t);                                           \

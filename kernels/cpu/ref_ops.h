@@ -21,6 +21,14 @@ void embedding_fwd(Real* out, const int32_t* tokens, const Real* wte, int N, int
 template <class Real>
 void embedding_bwd(Real* dwte, const Real* dout, const int32_t* tokens, int N, int C, int V);
 
+// Vocabulary-parallel parts: wte_part holds rows [row_begin, row_begin + rows) of (V, C).
+template <class Real>
+void embedding_part_fwd(Real* out, const int32_t* tokens, const Real* wte_part, int N, int C, int V,
+                        int row_begin, int rows);
+template <class Real>
+void embedding_part_bwd(Real* dwte_part, const Real* dout, const int32_t* tokens, int N, int C,
+                        int V, int row_begin, int rows);
+
 // rstd[n] = 1 / sqrt(mean_c x[n,c]^2 + eps); out[n,c] = (x[n,c] * rstd[n]) * w[c].
 template <class Real>
 void rmsnorm_fwd(Real* out, Real* rstd, const Real* x, const Real* w, int N, int C, Real eps);
@@ -74,6 +82,17 @@ void cross_entropy_fwd(Real* losses, const Real* logits, const int32_t* targets,
 template <class Real>
 void cross_entropy_bwd(Real* dlogits, const Real* logits, const int32_t* targets, Real dloss, int N,
                        int V);
+
+// Vocabulary-parallel cross-entropy (kernels/ops.h states the three steps).
+template <class Real>
+void cross_entropy_part_fwd(Real* stats, const Real* logits, const int32_t* targets, int N, int Vp,
+                            int col_begin, int V);
+template <class Real>
+void cross_entropy_combine(Real* losses, Real* lse, const Real* stats_all, const int32_t* targets,
+                           int N, int P);
+template <class Real>
+void cross_entropy_part_bwd(Real* dlogits, const Real* logits, const Real* lse,
+                            const int32_t* targets, Real dloss, int N, int Vp, int col_begin, int V);
 
 template <class Real>
 void add(Real* out, const Real* a, const Real* b, size_t n);

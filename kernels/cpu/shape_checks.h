@@ -42,6 +42,13 @@ inline void check_attention(const char* op, int B, int T, int H, int KVH, int D,
   if (ldkv < KVH * D) fail(str("cpu::", op), str("ldkv=", ldkv, " < KVH*D=", KVH * D));
 }
 
+// A vocabulary part [begin, begin + rows) of V rows (or columns) must lie inside [0, V).
+inline void check_vocab_part(const char* op, int V, int begin, int rows) {
+  if (V < 0 || begin < 0 || rows < 0 || int64_t(begin) + rows > V)
+    fail(str("cpu::", op), str("vocabulary part [", begin, ", ", int64_t(begin) + rows,
+                               ") is not inside [0, V=", V, ")"));
+}
+
 [[noreturn]] inline void fail_index(const char* op, const char* what, int64_t row, int64_t value,
                                     int64_t limit) {
   fail(str("cpu::", op), str(what, " ", value, " at row ", row, " is outside [0, ", limit, ")"));

@@ -55,13 +55,19 @@ void check_attention(const char* op, int B, int T, int H, int KVH, int D, int ld
     fail(str("cuda::", op), str("B=", B, " or H=", H, " exceeds the CUDA grid limit ", kMaxGridYZ));
 }
 
+void check_part(const char* op, int V, int begin, int rows) {
+  if (V < 0 || begin < 0 || rows < 0 || int64_t(begin) + rows > V)
+    fail(str("cuda::", op), str("vocabulary part [", begin, ", ", int64_t(begin) + rows,
+                                ") is not inside [0, V=", V, ")"));
+}
+
 class CudaOps final : public Ops {
  public:
   void embedding_fwd(Stream& s, float* out, const int32_t* tokens, const float* wte, int N, int C,
                      int V) override {
     run(s, "embedding_fwd", [&](CudaStream& cs) {
       check_dims("embedding_fwd", N, C);
-      launch_embedding_fwd(cs, out, tokens, wte, N, C, V);
+      launch_embedding_fwd(cs, out, tokens, wte, N, C, V, 0, V);
     });
   }
   void embedding_bwd(Stream& s, float* dwte, const float* dout, const int32_t* tokens, int N, int C,
@@ -70,7 +76,7 @@ class CudaOps final : public Ops {
       check_dims("embedding_bwd", N, C);
       if (V < 0) fail("cuda::embedding_bwd", str("negative vocabulary V=", V));
       if (C > kMaxGridYZ * 256) fail("cuda::embedding_bwd", str("C=", C, " is too wide"));
-      launch_embedding_bwd(cs, dwte, dout, tokens, N, C, V);
+      launch_embedding_bwd(cs, dwte, dout, tokens, N, C, V, 0, V);
     });
   }
   void rmsnorm_fwd(Stream& s, float* out, float* rstd, const float* x, const float* w, int N, int C,
@@ -164,6 +170,49 @@ class CudaOps final : public Ops {
     run(s, "cross_entropy_bwd", [&](CudaStream& cs) {
       check_dims("cross_entropy_bwd", N, V);
       launch_cross_entropy_bwd(cs, dlogits, logits, targets, dloss, N, V);
+    });
+  }
+  void embedding_part_fwd(Stream& s, float* out, const int32_t* tokens, const float* wte_part,
+                          int N, int C, int V, int row_begin, int rows) override {
+    run(s, "embedding_part_fwd", [&](CudaStream& cs) {
+      check_dims("embedding_part_fwd", N, C);
+      check_part("embedding_part_fwd", V, row_begin, rows);
+      launch_embedding_fwd(cs, out, tokens, wte_part, N, C, V, row_begin, rows);
+    });
+  }
+  void embedding_part_bwd(Stream& s, float* dwte_part, const float* dout, const int32_t* tokens,
+                          int N, int C, int V, int row_begin, int rows) override {
+    run(s, "embedding_part_bwd", [&](CudaStream& cs) {
+      check_dims("embedding_part_bwd", N, C);
+      check_part("embedding_part_bwd", V, row_begin, rows);
+      if (C > kMaxGridYZ * 256) fail("cuda::embedding_part_bwd", str("C=", C, " is too wide"));
+      launch_embedding_bwd(cs, dwte_part, dout, tokens, N, C, V, row_begin, rows);
+    });
+  }
+  void cross_entropy_part_fwd(Stream& s, float* stats, const float* logits,
+                              const int32_t* targets, int N, int Vp, int col_begin,
+                              int V) override {
+    run(s, "cross_entropy_part_fwd", [&](CudaStream& cs) {
+      check_dims("cross_entropy_part_fwd", N, Vp);
+      check_part("cross_entropy_part_fwd", V, col_begin, Vp);
+      launch_cross_entropy_part_fwd(cs, stats, logits, targets, N, Vp, col_begin, V);
+    });
+  }
+  void cross_entropy_combine(Stream& s, float* losses, float* lse, const float* stats_all,
+                             const int32_t* targets, int N, int P) override {
+    run(s, "cross_entropy_combine", [&](CudaStream& cs) {
+      check_dims("cross_entropy_combine", N, P);
+      if (P < 1) fail("cuda::cross_entropy_combine", str("P=", P, " parts; at least one is needed"));
+      launch_cross_entropy_combine(cs, losses, lse, stats_all, targets, N, P);
+    });
+  }
+  void cross_entropy_part_bwd(Stream& s, float* dlogits, const float* logits, const float* lse,
+                              const int32_t* targets, float dloss, int N, int Vp, int col_begin,
+                              int V) override {
+    run(s, "cross_entropy_part_bwd", [&](CudaStream& cs) {
+      check_dims("cross_entropy_part_bwd", N, Vp);
+      check_part("cross_entropy_part_bwd", V, col_begin, Vp);
+      launch_cross_entropy_part_bwd(cs, dlogits, logits, lse, targets, dloss, N, Vp, col_begin, V);
     });
   }
   void add(Stream& s, float* out, const float* a, const float* b, size_t n) override {

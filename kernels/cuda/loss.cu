@@ -59,7 +59,96 @@ __global__ void cross_entropy_bwd_kernel(float* dlogits, const float* logits, co
   }
 }
 
+// Vocabulary-parallel parts: logits hold columns [col_begin, col_begin + Vp) of V.
+__global__ void cross_entropy_part_fwd_kernel(float* stats, const float* logits,
+                                              const int32_t* targets, int Vp, int col_begin, int V,
+                                              KernelFault* fault) {
+  __shared__ double shared[32];
+  const int n = blockIdx.x;
+  const int32_t t = targets[n];
+  if (t < 0 || t >= V) {
+    if (threadIdx.x == 0) {
+      if (t >= V) report_fault(fault, kFaultCrossEntropyFwd, n, t, V);
+      stats[2 * size_t(n)] = 0.0f;
+      stats[2 * size_t(n) + 1] = 0.0f;
+    }
+    return;
+  }
+  const float* row = logits + size_t(n) * Vp;
+  const double l = row_logsumexp(row, Vp, shared);
+  if (threadIdx.x == 0) {
+    const int64_t j = int64_t(t) - col_begin;
+    stats[2 * size_t(n)] = float(l);
+    stats[2 * size_t(n) + 1] = (j >= 0 && j < Vp) ? row[j] : 0.0f;
+  }
+}
+
+__global__ void cross_entropy_combine_kernel(float* losses, float* lse, const float* stats_all,
+                                             const int32_t* targets, int N, int P) {
+  for (int n = blockIdx.x * blockDim.x + threadIdx.x; n < N; n += gridDim.x * blockDim.x) {
+    if (targets[n] < 0) {
+      losses[n] = lse[n] = 0.0f;
+      continue;
+    }
+    double m = -INFINITY, z = 0.0, target = 0.0;
+    for (int p = 0; p < P; ++p) m = fmax(m, double(stats_all[(size_t(p) * N + n) * 2]));
+    for (int p = 0; p < P; ++p) {
+      z = __dadd_rn(z, exp(__dsub_rn(double(stats_all[(size_t(p) * N + n) * 2]), m)));
+      target = __dadd_rn(target, double(stats_all[(size_t(p) * N + n) * 2 + 1]));
+    }
+    const double l = __dadd_rn(m, log(z));
+    lse[n] = float(l);
+    losses[n] = float(__dsub_rn(l, target));
+  }
+}
+
+__global__ void cross_entropy_part_bwd_kernel(float* dlogits, const float* logits, const float* lse,
+                                              const int32_t* targets, double dloss, int Vp,
+                                              int col_begin, int V, KernelFault* fault) {
+  const int n = blockIdx.x;
+  const int32_t t = targets[n];
+  float* drow = dlogits + size_t(n) * Vp;
+  if (t < 0 || t >= V) {
+    if (t >= V && threadIdx.x == 0) report_fault(fault, kFaultCrossEntropyBwd, n, t, V);
+    for (int j = threadIdx.x; j < Vp; j += blockDim.x) drow[j] = 0.0f;
+    return;
+  }
+  const float* row = logits + size_t(n) * Vp;
+  const double l = double(lse[n]);
+  const int64_t jt = int64_t(t) - col_begin;
+  for (int j = threadIdx.x; j < Vp; j += blockDim.x) {
+    const double p = exp(__dsub_rn(double(row[j]), l));
+    drow[j] = float(__dmul_rn(__dsub_rn(p, j == jt ? 1.0 : 0.0), dloss));
+  }
+}
+
 }  // namespace
+
+void launch_cross_entropy_part_fwd(CudaStream& s, float* stats, const float* logits,
+                                   const int32_t* targets, int N, int Vp, int col_begin, int V) {
+  if (N == 0) return;
+  cross_entropy_part_fwd_kernel<<<N, kThreads, 0, native(s)>>>(stats, logits, targets, Vp, col_begin,
+                                                               V, s.fault());
+  STRATA_CUDA_LAUNCH_CHECK();
+}
+
+void launch_cross_entropy_combine(CudaStream& s, float* losses, float* lse, const float* stats_all,
+                                  const int32_t* targets, int N, int P) {
+  if (N == 0) return;
+  cross_entropy_combine_kernel<<<grid_for(size_t(N)), kThreads, 0, native(s)>>>(losses, lse, stats_all,
+                                                                               targets, N, P);
+  STRATA_CUDA_LAUNCH_CHECK();
+}
+
+void launch_cross_entropy_part_bwd(CudaStream& s, float* dlogits, const float* logits,
+                                   const float* lse, const int32_t* targets, float dloss, int N,
+                                   int Vp, int col_begin, int V) {
+  if (N == 0) return;
+  cross_entropy_part_bwd_kernel<<<N, kThreads, 0, native(s)>>>(dlogits, logits, lse, targets,
+                                                               double(dloss), Vp, col_begin, V,
+                                                               s.fault());
+  STRATA_CUDA_LAUNCH_CHECK();
+}
 
 void launch_cross_entropy_fwd(CudaStream& s, float* losses, const float* logits,
                               const int32_t* targets, int N, int V) {

@@ -15,4 +15,14 @@ void launch_cross_entropy_fwd(CudaStream& s, float* losses, const float* logits,
 void launch_cross_entropy_bwd(CudaStream& s, float* dlogits, const float* logits,
                               const int32_t* targets, float dloss, int N, int V);
 
+// Vocabulary-parallel cross-entropy in three steps (kernels/ops.h): part statistics, their
+// combination from every part (stats_all (P, N, 2)), and the part's backward from the combined lse.
+void launch_cross_entropy_part_fwd(CudaStream& s, float* stats, const float* logits,
+                                   const int32_t* targets, int N, int Vp, int col_begin, int V);
+void launch_cross_entropy_combine(CudaStream& s, float* losses, float* lse, const float* stats_all,
+                                  const int32_t* targets, int N, int P);
+void launch_cross_entropy_part_bwd(CudaStream& s, float* dlogits, const float* logits,
+                                   const float* lse, const int32_t* targets, float dloss, int N,
+                                   int Vp, int col_begin, int V);
+
 }  // namespace strata::cuda

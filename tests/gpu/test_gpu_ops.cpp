@@ -534,6 +534,65 @@ TEST(CudaOps, CrossEntropyForwardAndBackwardInPlace) {
   }
 }
 
+TEST(CudaOps, VocabularyPartsMatchTheReference) {
+  // Tensor parallelism's embedding and loss parts: the embedding part is a copy (bit-equal; the
+  // backward adds rows in token order as the whole op does); the loss parts follow the whole
+  // op's double log-sum-exp, rounded to f32 once per step (part lse, combined lse): 4u.
+  STRATA_REQUIRE_CUDA();
+  Gpu g;
+  const int V = 259, C = 33, N = 37, P = 3;
+  auto wte = random_vec(size_t(V) * C, 95);
+  auto tok = random_tokens(N, V, 96);
+  auto dout = random_vec(size_t(N) * C, 97);
+  auto logits = random_vec(size_t(N) * V, 98, -10.0, 10.0);
+  auto targets = random_tokens(N, V, 99);
+  targets[2] = -1;
+  const float dloss = 0.37f;
+  Buffer dtok = g.upload(tok), ddout = g.upload(dout), dtgt = g.upload(targets);
+  std::vector<float> stats_all(size_t(P) * N * 2);
+  std::vector<std::vector<float>> parts;
+  for (int p = 0; p < P; ++p) {
+    const int b = V * p / P, rows = V * (p + 1) / P - b;
+    std::vector<float> part_w(wte.begin() + long(size_t(b) * C), wte.begin() + long(size_t(b + rows) * C));
+    std::vector<float> want(size_t(N) * C), want_d = random_vec(size_t(rows) * C, 100);
+    ref::embedding_part_fwd<float>(want.data(), tok.data(), part_w.data(), N, C, V, b, rows);
+    Buffer dw = g.upload(part_w), out = g.dev->alloc(want.size() * 4, "out"), dd = g.upload(want_d);
+    ref::embedding_part_bwd<float>(want_d.data(), dout.data(), tok.data(), N, C, V, b, rows);
+    g.ops().embedding_part_fwd(*g.s, out.as<float>(), dtok.as<int32_t>(), dw.as<float>(), N, C, V, b, rows);
+    g.ops().embedding_part_bwd(*g.s, dd.as<float>(), ddout.as<float>(), dtok.as<int32_t>(), N, C, V, b, rows);
+    expect_equal("embedding_part_fwd p=" + std::to_string(p), g.download<float>(out, want.size()), want);
+    expect_equal("embedding_part_bwd p=" + std::to_string(p), g.download<float>(dd, want_d.size()), want_d);
+    std::vector<float> part(size_t(N) * rows);
+    for (int n = 0; n < N; ++n)
+      std::copy_n(logits.begin() + long(size_t(n) * V + b), rows, part.begin() + long(size_t(n) * rows));
+    Buffer dpart = g.upload(part), st = g.dev->alloc(size_t(N) * 2 * 4, "stats");
+    g.ops().cross_entropy_part_fwd(*g.s, st.as<float>(), dpart.as<float>(), dtgt.as<int32_t>(), N, rows, b, V);
+    auto got = g.download<float>(st, size_t(N) * 2);
+    std::copy(got.begin(), got.end(), stats_all.begin() + long(size_t(p) * N * 2));
+    parts.push_back(std::move(part));
+  }
+  std::vector<double> want(N), want_d(logits.size());
+  const auto ld = to_double(logits);
+  ref::cross_entropy_fwd<double>(want.data(), ld.data(), targets.data(), N, V);
+  ref::cross_entropy_bwd<double>(want_d.data(), ld.data(), targets.data(), double(dloss), N, V);
+  Buffer dall = g.upload(stats_all), loss = g.dev->alloc(N * 4, "losses"), lse = g.dev->alloc(N * 4, "lse");
+  g.ops().cross_entropy_combine(*g.s, loss.as<float>(), lse.as<float>(), dall.as<float>(), dtgt.as<int32_t>(), N, P);
+  const double floor = 1e-12 * (1 + max_abs(logits));
+  expect_near("cross_entropy parts", g.download<float>(loss, N), want,
+              [&](size_t i) { return 4 * kU32 * (std::fabs(want[i]) + 20) + floor; });
+  for (int p = 0; p < P; ++p) {
+    const int b = V * p / P, rows = V * (p + 1) / P - b;
+    Buffer dpart = g.upload(parts[size_t(p)]);
+    g.ops().cross_entropy_part_bwd(*g.s, dpart.as<float>(), dpart.as<float>(), lse.as<float>(),
+                                   dtgt.as<int32_t>(), dloss, N, rows, b, V);
+    std::vector<double> w(size_t(N) * rows);
+    for (int n = 0; n < N; ++n)
+      std::copy_n(want_d.begin() + long(size_t(n) * V + b), rows, w.begin() + long(size_t(n) * rows));
+    expect_near("cross_entropy_part_bwd p=" + std::to_string(p), g.download<float>(dpart, w.size()), w,
+                [&](size_t i) { return 4 * kU32 * (std::fabs(w[i]) + 20 * dloss) + floor * dloss; });
+  }
+}
+
 TEST(CudaOps, CrossEntropyReportsTargetsPastTheVocabulary) {
   STRATA_REQUIRE_CUDA();
   Gpu g;

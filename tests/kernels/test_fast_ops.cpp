@@ -7,6 +7,7 @@
 // each; the reference accumulates in double, so its own error is one final rounding (≤ u·|x|).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <limits>
@@ -337,6 +338,111 @@ TEST(FastVsRef, CrossEntropyRejectsTargetOutOfRange) {
                Error);
   EXPECT_THROW(fast::cross_entropy_bwd(logits.data(), logits.data(), targets.data(), 1.0f, 2, 4),
                Error);
+}
+
+// ---- vocabulary-parallel parts (tensor parallelism) -----------------------------------------
+
+// Part p of n items split into P nearly equal parts (as engine/model.cpp's tp_shard does).
+int part_begin(int n, int P, int p) { return int(int64_t(n) * p / P); }
+
+TEST(FastVsRef, EmbeddingPartsAreExactAndSumToTheLookup) {
+  const int V = 11;
+  for (int P : {1, 2, 3, 4})
+    for (int C : {1, 17, 33})
+      for (int N : {1, 7, 130}) {
+        auto wte = random_vec(size_t(V) * C, 60);
+        auto tok = random_tokens(N, V, 61);
+        auto dout = random_vec(size_t(N) * C, 62);
+        std::vector<float> whole(size_t(N) * C), sum(size_t(N) * C, 0.0f);
+        ref::embedding_fwd<float>(whole.data(), tok.data(), wte.data(), N, C, V);
+        std::vector<float> dwhole = random_vec(size_t(V) * C, 63), dparts = dwhole;
+        ref::embedding_bwd<float>(dwhole.data(), dout.data(), tok.data(), N, C, V);
+        for (int p = 0; p < P; ++p) {
+          const int b = part_begin(V, P, p), rows = part_begin(V, P, p + 1) - b;
+          const float* w = wte.data() + size_t(b) * C;
+          std::vector<float> a(size_t(N) * C, 9.0f), r(size_t(N) * C, 7.0f);
+          fast::embedding_part_fwd(a.data(), tok.data(), w, N, C, V, b, rows);
+          ref::embedding_part_fwd<float>(r.data(), tok.data(), w, N, C, V, b, rows);
+          const std::string tag = " P=" + std::to_string(P) + " p=" + std::to_string(p) +
+                                  " C=" + std::to_string(C) + " N=" + std::to_string(N);
+          expect_equal("embedding_part_fwd" + tag, a, r);
+          for (size_t i = 0; i < sum.size(); ++i) sum[i] += a[i];  // zeros but in one part
+          std::vector<float> da(dparts.begin() + long(size_t(b) * C),
+                                dparts.begin() + long(size_t(b + rows) * C)), dr = da;
+          fast::embedding_part_bwd(da.data(), dout.data(), tok.data(), N, C, V, b, rows);
+          ref::embedding_part_bwd<float>(dr.data(), dout.data(), tok.data(), N, C, V, b, rows);
+          expect_equal("embedding_part_bwd" + tag, da, dr);
+          const std::vector<float> want(dwhole.begin() + long(size_t(b) * C),
+                                        dwhole.begin() + long(size_t(b + rows) * C));
+          expect_equal("embedding_part_bwd rows of the whole" + tag, da, want);
+        }
+        expect_equal("embedding parts sum to the lookup", sum, whole);
+      }
+  std::vector<float> w(2 * 3), out(2 * 3);
+  std::vector<int32_t> tok = {1, 3};
+  EXPECT_THROW(fast::embedding_part_fwd(out.data(), tok.data(), w.data(), 2, 3, 4, 3, 2), Error);
+  EXPECT_THROW(ref::embedding_part_fwd<float>(out.data(), tok.data(), w.data(), 2, 3, 4, -1, 2), Error);
+  tok = {1, 4};  // outside the vocabulary, even though no part would hold it
+  EXPECT_THROW(fast::embedding_part_fwd(out.data(), tok.data(), w.data(), 2, 3, 4, 0, 2), Error);
+}
+
+TEST(FastVsRef, CrossEntropyPartsCombineToTheWholeRow) {
+  for (int V : {7, 33, 4097})
+    for (int P : {1, 2, 3})
+      for (int N : {1, 5, 67}) {
+        auto logits = random_vec(size_t(N) * V, 70, -10.0, 10.0);
+        auto targets = random_tokens(N, V, 71);
+        targets[0] = V - 1;
+        if (N > 1) targets[1] = -1;
+        if (N > 2) targets[2] = 0;
+        std::vector<float> whole_loss(N), whole_d(logits.size());
+        const float dloss = 0.37f;
+        ref::cross_entropy_fwd<float>(whole_loss.data(), logits.data(), targets.data(), N, V);
+        ref::cross_entropy_bwd<float>(whole_d.data(), logits.data(), targets.data(), dloss, N, V);
+        // Each part's logits (N, Vp): columns [b, b + Vp) of the whole rows.
+        std::vector<std::vector<float>> parts(static_cast<size_t>(P));
+        std::vector<float> stats_all(size_t(P) * N * 2), stats_ref(size_t(P) * N * 2);
+        const std::string tag = " V=" + std::to_string(V) + " P=" + std::to_string(P) +
+                                " N=" + std::to_string(N);
+        const double tol_loss = (37 + 4 * (30 + std::log(double(V)))) * kU32;  // as above
+        for (int p = 0; p < P; ++p) {
+          const int b = part_begin(V, P, p), Vp = part_begin(V, P, p + 1) - b;
+          auto& part = parts[size_t(p)];
+          part.resize(size_t(N) * Vp);
+          for (int n = 0; n < N; ++n)
+            std::copy_n(logits.begin() + long(size_t(n) * V + b), Vp, part.begin() + long(size_t(n) * Vp));
+          fast::cross_entropy_part_fwd(stats_all.data() + size_t(p) * N * 2, part.data(),
+                                       targets.data(), N, Vp, b, V);
+          ref::cross_entropy_part_fwd<float>(stats_ref.data() + size_t(p) * N * 2, part.data(),
+                                             targets.data(), N, Vp, b, V);
+        }
+        expect_close("cross_entropy_part_fwd" + tag, stats_all, stats_ref, 0.0, tol_loss);
+        std::vector<float> l1(N), l2(N), lse1(N), lse2(N);
+        fast::cross_entropy_combine(l1.data(), lse1.data(), stats_all.data(), targets.data(), N, P);
+        ref::cross_entropy_combine<float>(l2.data(), lse2.data(), stats_ref.data(), targets.data(), N, P);
+        expect_close("cross_entropy_combine" + tag, l1, l2, 0.0, 2 * tol_loss);
+        // The parts' loss is the whole row's: the part lse round once more to f32 (≤ 30u at
+        // |lse| ≤ 20 + log V) before the double combination.
+        expect_close("cross_entropy parts vs whole" + tag, l1, whole_loss, 0.0, 2 * tol_loss);
+        for (int p = 0; p < P; ++p) {
+          const int b = part_begin(V, P, p), Vp = part_begin(V, P, p + 1) - b;
+          const auto& part = parts[size_t(p)];
+          std::vector<float> d1(part.size(), 9.0f), d2(part.size(), 9.0f), want(part.size());
+          fast::cross_entropy_part_bwd(d1.data(), part.data(), lse1.data(), targets.data(), dloss, N,
+                                       Vp, b, V);
+          ref::cross_entropy_part_bwd<float>(d2.data(), part.data(), lse1.data(), targets.data(),
+                                             dloss, N, Vp, b, V);
+          expect_close("cross_entropy_part_bwd" + tag, d1, d2, 0.0, (tol_loss + 4 * kU32) * dloss);
+          for (int n = 0; n < N; ++n)
+            std::copy_n(whole_d.begin() + long(size_t(n) * V + b), Vp, want.begin() + long(size_t(n) * Vp));
+          expect_close("cross_entropy_part_bwd vs whole" + tag, d1, want, 0.0,
+                       (3 * tol_loss + 4 * kU32) * dloss);
+          auto inplace = part;
+          fast::cross_entropy_part_bwd(inplace.data(), inplace.data(), lse1.data(), targets.data(),
+                                       dloss, N, Vp, b, V);
+          expect_equal("cross_entropy_part_bwd in place" + tag, inplace, d1);
+        }
+      }
 }
 
 // ---- elementwise, casts, sums ---------------------------------------------------------------
