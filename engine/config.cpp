@@ -164,6 +164,11 @@ const std::vector<Key>& keys() {
        "the output head shares the embedding matrix (HF tie_word_embeddings)"},
       {STRATA_CONFIG_KEY(model, init_std), Kind::real,
        "initial weights are normal(0, init_std) (HF initializer_range)", between(0, 10)},
+      {STRATA_CONFIG_KEY(model, loss_chunk), Kind::integer,
+       "tokens per chunk of the loss: logits of (loss_chunk, vocab_size / tp) are held at a "
+       "time and recomputed in backward when there are several chunks; 0 = the whole "
+       "micro-batch when its logits fit 256 MiB, else as many tokens as do",
+       between(0, kMaxTokens)},
       // [data]
       {STRATA_CONFIG_KEY(data, path), Kind::string,
        "training tokens: a text file (bytes), an llm.c token file (.bin), or builtin:words, "
@@ -257,7 +262,9 @@ const std::vector<Key>& keys() {
       {STRATA_CONFIG_KEY(parallel, dp), Kind::integer,
        "data-parallel ranks; 0 = world size / (tp * pp)", between(0, 1048576)},
       {STRATA_CONFIG_KEY(parallel, tp), Kind::integer,
-       "tensor-parallel ranks; divides n_heads, n_kv_heads and ffn_dim", between(1, 1024)},
+       "tensor-parallel ranks (Megatron layout: heads, ffn and vocabulary split); divides "
+       "n_heads and ffn_dim, and divides n_kv_heads or is a multiple of it (kv heads are then "
+       "replicated)", between(1, 1024)},
       {STRATA_CONFIG_KEY(parallel, pp), Kind::integer,
        "pipeline stages; at most n_layers + 2 units", between(1, 4098)},
       {STRATA_CONFIG_KEY(parallel, timeout), Kind::real,
@@ -964,12 +971,15 @@ void validate(const Config& c) {
              " is not a multiple of io.block_size = ", format_bytes(c.io.block_size)));
 
   const ParallelConfig& p = c.parallel;
-  if (m.n_heads % p.tp != 0 || m.n_kv_heads % p.tp != 0 || m.ffn_dim % p.tp != 0)
+  if (m.n_heads % p.tp != 0 || m.ffn_dim % p.tp != 0 ||
+      (m.n_kv_heads % p.tp != 0 && p.tp % m.n_kv_heads != 0) || m.vocab_size < p.tp)
     fail(kWhere,
          str("parallel.tp = ", p.tp, " must divide model.n_heads = ", m.n_heads,
-             ", model.n_kv_heads = ", m.n_kv_heads, " and model.ffn_dim = ", m.ffn_dim),
-         str("allowed parallel.tp: divisors of n_kv_heads ", m.n_kv_heads, ": ",
-             divisors_text(m.n_kv_heads)));
+             " and model.ffn_dim = ", m.ffn_dim, ", divide model.n_kv_heads = ", m.n_kv_heads,
+             " or be a multiple of it, and not exceed model.vocab_size = ", m.vocab_size),
+         str("allowed parallel.tp: divisors of n_heads ", m.n_heads, ": ",
+             divisors_text(m.n_heads), " that also divide ffn_dim and divide or are multiples "
+             "of n_kv_heads"));
   if (const int64_t units = int64_t(m.n_layers) + 2; p.pp > units)
     fail(kWhere,
          str("parallel.pp = ", p.pp, " exceeds the model's ", units, " units (embedding, ",
@@ -1057,7 +1067,8 @@ std::string config_reference_markdown() {
          "other file is a token file when it starts with that magic, else raw bytes.\n";
   out += "- `io.block_size` is a multiple of 4096 and `io.stripe_size` a multiple of "
          "`io.block_size`.\n";
-  out += "- `parallel.tp` divides `model.n_heads`, `model.n_kv_heads` and `model.ffn_dim`; "
+  out += "- `parallel.tp` divides `model.n_heads` and `model.ffn_dim`, and divides "
+         "`model.n_kv_heads` or is a multiple of it; "
          "`parallel.pp <= model.n_layers + 2`.\n";
   return out;
 }

@@ -44,6 +44,10 @@ struct ModelConfig {
   float norm_eps = 1e-5f;    // RMSNorm epsilon (HF rms_norm_eps)
   bool tie_embeddings = false;
   float init_std = 0.02f;    // normal(0, init_std) for linear and embedding weights
+  // Tokens per chunk of the loss (logits of (chunk, vocab / tp) f32 at a time); 0 = the whole
+  // micro-batch when its logits fit 256 MiB, else as many tokens as do. A run setting, not
+  // part of the architecture: --init-from keeps it.
+  int loss_chunk = 0;
 
   int head_dim() const { return dim / n_heads; }
   RopeParams rope() const {

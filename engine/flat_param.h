@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace strata {
@@ -16,17 +17,42 @@ namespace strata {
 // Shards start on 2048-element boundaries: 8 KiB in f32, 4 KiB in bf16 (O_DIRECT-aligned).
 inline constexpr size_t kShardAlignElems = 2048;
 
+// A view is this rank's tensor-parallel slice of a global tensor: the whole tensor
+// (split_dim -1), a block of rows (0: column-parallel weights, vocabulary parts) or a block of
+// columns (1: row-parallel weights). Initialization, --init-from, --out and checkpoints address
+// elements by their global index. Replicated tensors (norm weights on every tp rank, kv heads
+// shared by several tp ranks) are `primary` on exactly one of the ranks holding them: that copy
+// is the one counted in the gradient norm and written out.
 struct ParamView {
   std::string name;            // e.g. "model.layers.3.self_attn.q_proj.weight"
-  std::vector<int64_t> shape;  // e.g. {n_heads * head_dim, dim}
+  std::vector<int64_t> shape;  // this rank's slice, e.g. {n_heads / tp * head_dim, dim}
   size_t offset = 0;           // in elements, from the start of the unit's flat buffer
   size_t numel = 0;
   bool is_norm = false;        // 1-D norm weight (initialized to ones)
+  std::vector<int64_t> global_shape;  // the whole tensor, e.g. {n_heads * head_dim, dim}
+  int split_dim = -1;          // -1: whole, 0: rows, 1: columns
+  int64_t split_begin = 0;     // first global row / column of the slice
+  bool primary = true;
+
+  // Global flat (row-major) index of local element i.
+  size_t global_index(size_t i) const {
+    if (split_dim == 0) return i + size_t(split_begin) * size_t(shape[1]);
+    if (split_dim == 1) {
+      const size_t cols = size_t(shape[1]);
+      return (i / cols) * size_t(global_shape[1]) + size_t(split_begin) + i % cols;
+    }
+    return i;
+  }
+  size_t global_numel() const;
 };
 
 class FlatLayout {
  public:
   void add(std::string name, std::vector<int64_t> shape, bool is_norm = false);
+  // A tensor-parallel slice: `shape` of `global_shape`, split on `split_dim` from `begin`
+  // (split_dim -1: a replica of the whole tensor, primary or not).
+  void add_slice(std::string name, std::vector<int64_t> shape, std::vector<int64_t> global_shape,
+                 int split_dim, int64_t begin, bool primary, bool is_norm = false);
   void finalize(int dp);  // fixes padding and shard size for `dp` ranks
 
   const std::vector<ParamView>& views() const { return views_; }
@@ -44,5 +70,11 @@ class FlatLayout {
   size_t shard_ = 0;
   int dp_ = 0;
 };
+
+// The ranges [begin, begin + count) of shard elements (relative to the shard, which starts at
+// flat element shard_begin and holds shard_numel) that lie in primary views — what the gradient
+// norm counts. One range covering the whole shard when every view is primary.
+std::vector<std::pair<size_t, size_t>> norm_ranges(const FlatLayout& layout, size_t shard_begin,
+                                                   size_t shard_numel);
 
 }  // namespace strata

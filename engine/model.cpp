@@ -2,9 +2,11 @@
 // forward/backward passes on a device (ModelRunner).
 #include "engine/model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <initializer_list>
+#include <utility>
 
 #include "core/error.h"
 #include "core/size.h"
@@ -39,12 +41,6 @@ double normal_at(uint64_t key, uint64_t index) {
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
 }
 
-// Rows of the fused q | k | v projection: (H + 2 KVH) × D, in 64 bits.
-int64_t qkv_dim(const ModelConfig& c) {
-  return checked_mul<int64_t>(int64_t(c.n_heads) + 2 * int64_t(c.n_kv_heads), c.head_dim(),
-                              "qkv_dim = (n_heads + 2 n_kv_heads) x head_dim");
-}
-
 // Element counts of activations: 64-bit and overflow-checked. A validated config always fits
 // (engine/config.cpp bounds it); a hand-built absurd shape is an Error, not a wrapped size.
 constexpr const char* kActFloats = "activation floats";
@@ -59,14 +55,49 @@ uint64_t sum(std::initializer_list<uint64_t> terms) {
 
 // ---- LlamaModel -------------------------------------------------------------------------------
 
-LlamaModel::LlamaModel(const ModelConfig& c, int dp) : cfg_(c) {
+// Part i of n items split into `parts` nearly equal contiguous parts: [begin, end).
+static int64_t part_begin(int64_t n, int parts, int i) { return n * i / parts; }
+
+TpShard tp_shard(const ModelConfig& c, int tp, int index) {
+  const int H = c.n_heads, KVH = c.n_kv_heads;
+  if (tp < 1 || index < 0 || index >= tp || H % tp != 0 || c.ffn_dim % tp != 0 ||
+      (KVH % tp != 0 && tp % KVH != 0) || c.vocab_size < tp)
+    fail("model::tp", str("parallel.tp = ", tp, " does not split this model (n_heads ", H,
+                          ", n_kv_heads ", KVH, ", ffn_dim ", c.ffn_dim, ", vocab_size ",
+                          c.vocab_size, ")"),
+         "parallel.tp must divide n_heads and ffn_dim and divide or be a multiple of n_kv_heads");
+  TpShard t;
+  t.size = tp;
+  t.index = index;
+  t.heads = H / tp;
+  t.first_head = index * t.heads;
+  t.ffn = c.ffn_dim / tp;
+  if (KVH >= tp) {
+    t.kv_heads = KVH / tp;
+    t.first_kv_head = index * t.kv_heads;
+  } else {  // each kv head serves tp / KVH ranks: the one their query heads read
+    t.kv_heads = 1;
+    t.kv_replicas = tp / KVH;
+    t.first_kv_head = index / t.kv_replicas;
+  }
+  t.vocab_begin = int(part_begin(c.vocab_size, tp, index));
+  t.vocab_rows = int(part_begin(c.vocab_size, tp, index + 1) - t.vocab_begin);
+  return t;
+}
+
+LlamaModel::LlamaModel(const ModelConfig& c, int dp, int tp, int tp_index)
+    : cfg_(c), tp_(tp_shard(c, tp, tp_index)) {
   const int64_t C = c.dim, V = c.vocab_size, F = c.ffn_dim, D = c.head_dim();
   const int64_t H = c.n_heads, KVH = c.n_kv_heads;
+  const TpShard& t = tp_;
+  const int64_t Hl = t.heads, KVl = t.kv_heads, Fl = t.ffn, Vl = t.vocab_rows;
+  const bool norm_primary = t.index == 0;              // norms: every tp rank holds them whole
+  const bool kv_primary = t.index % t.kv_replicas == 0;  // the first rank of each kv head's group
 
   UnitSpec emb;
   emb.kind = UnitKind::embedding;
   emb.name = "embedding";
-  emb.layout.add("model.embed_tokens.weight", {V, C});
+  emb.layout.add_slice("model.embed_tokens.weight", {Vl, C}, {V, C}, 0, t.vocab_begin, true);
   units_.push_back(std::move(emb));
 
   for (int l = 0; l < c.n_layers; ++l) {
@@ -75,23 +106,29 @@ LlamaModel::LlamaModel(const ModelConfig& c, int dp) : cfg_(c) {
     b.layer = l;
     b.name = str("block.", l);
     const std::string p = str("model.layers.", l, ".");
-    b.layout.add(p + "input_layernorm.weight", {C}, true);
-    b.layout.add(p + "self_attn.q_proj.weight", {H * D, C});   // q, k, v adjacent: one GEMM
-    b.layout.add(p + "self_attn.k_proj.weight", {KVH * D, C});
-    b.layout.add(p + "self_attn.v_proj.weight", {KVH * D, C});
-    b.layout.add(p + "self_attn.o_proj.weight", {C, H * D});
-    b.layout.add(p + "post_attention_layernorm.weight", {C}, true);
-    b.layout.add(p + "mlp.gate_proj.weight", {F, C});           // gate, up adjacent: one GEMM
-    b.layout.add(p + "mlp.up_proj.weight", {F, C});
-    b.layout.add(p + "mlp.down_proj.weight", {C, F});
+    FlatLayout& L = b.layout;
+    L.add_slice(p + "input_layernorm.weight", {C}, {C}, -1, 0, norm_primary, true);
+    // q, k, v adjacent (one GEMM), column-parallel by heads
+    L.add_slice(p + "self_attn.q_proj.weight", {Hl * D, C}, {H * D, C}, 0, t.first_head * D, true);
+    L.add_slice(p + "self_attn.k_proj.weight", {KVl * D, C}, {KVH * D, C}, 0, t.first_kv_head * D,
+                kv_primary);
+    L.add_slice(p + "self_attn.v_proj.weight", {KVl * D, C}, {KVH * D, C}, 0, t.first_kv_head * D,
+                kv_primary);
+    L.add_slice(p + "self_attn.o_proj.weight", {C, Hl * D}, {C, H * D}, 1, t.first_head * D, true);
+    L.add_slice(p + "post_attention_layernorm.weight", {C}, {C}, -1, 0, norm_primary, true);
+    // gate, up adjacent (one GEMM), column-parallel; down row-parallel
+    L.add_slice(p + "mlp.gate_proj.weight", {Fl, C}, {F, C}, 0, t.index * Fl, true);
+    L.add_slice(p + "mlp.up_proj.weight", {Fl, C}, {F, C}, 0, t.index * Fl, true);
+    L.add_slice(p + "mlp.down_proj.weight", {C, Fl}, {C, F}, 1, t.index * Fl, true);
     units_.push_back(std::move(b));
   }
 
   UnitSpec head;
   head.kind = UnitKind::head;
   head.name = "head";
-  head.layout.add("model.norm.weight", {C}, true);
-  if (!c.tie_embeddings) head.layout.add("lm_head.weight", {V, C});
+  head.layout.add_slice("model.norm.weight", {C}, {C}, -1, 0, norm_primary, true);
+  if (!c.tie_embeddings)
+    head.layout.add_slice("lm_head.weight", {Vl, C}, {V, C}, 0, t.vocab_begin, true);
   units_.push_back(std::move(head));
 
   for (auto& u : units_) u.layout.finalize(dp);
@@ -100,7 +137,8 @@ LlamaModel::LlamaModel(const ModelConfig& c, int dp) : cfg_(c) {
 int64_t LlamaModel::num_params() const {
   int64_t n = 0;
   for (const auto& u : units_)
-    n = checked_add(n, checked_cast<int64_t>(u.layout.numel(), "unit numel"), "parameter count");
+    for (const auto& v : u.layout.views())
+      n = checked_add(n, checked_cast<int64_t>(v.global_numel(), "tensor numel"), "parameter count");
   return n;
 }
 
@@ -109,7 +147,7 @@ double LlamaModel::train_flops_per_token(int T) const {
   for (const auto& u : units_) {
     if (u.kind == UnitKind::embedding) continue;  // a lookup, not a matmul
     for (const auto& v : u.layout.views())
-      if (!v.is_norm) matmul += static_cast<double>(v.numel);
+      if (!v.is_norm) matmul += static_cast<double>(v.global_numel());
   }
   if (cfg_.tie_embeddings) matmul += static_cast<double>(cfg_.vocab_size) * cfg_.dim;
   return 6.0 * matmul + 6.0 * cfg_.n_layers * static_cast<double>(T) * cfg_.dim;
@@ -129,7 +167,7 @@ void LlamaModel::init_values(int u, uint64_t seed, size_t begin, size_t count, f
     }
     uint64_t key = splitmix64(seed) ^ fnv1a(v.name);
     for (size_t i = b; i < e; ++i)
-      out[i - begin] = static_cast<float>(cfg_.init_std * normal_at(key, i - vb));
+      out[i - begin] = static_cast<float>(cfg_.init_std * normal_at(key, v.global_index(i - vb)));
   }
 }
 
@@ -150,11 +188,22 @@ struct ModelRunner::BlockActs {
 
 namespace {
 
+// Local sizes of a tp rank's share: heads, kv heads, ffn and vocabulary rows.
+struct LocalDims {
+  uint64_t H, KVH, F, V, D;
+  uint64_t HD() const { return H * D; }
+  uint64_t QKV() const { return (H + 2 * KVH) * D; }
+};
+LocalDims local_dims(const ModelConfig& c, const TpShard& t) {
+  return LocalDims{uint64_t(t.heads), uint64_t(t.kv_heads), uint64_t(t.ffn),
+                   uint64_t(t.vocab_rows), uint64_t(c.head_dim())};
+}
+
 // Floats of one block's saved activations for N tokens.
-uint64_t block_act_floats(const ModelConfig& c, int B, int T) {
-  const uint64_t N = mul(B, T), C = c.dim, F = c.ffn_dim, HD = mul(c.n_heads, c.head_dim());
-  return sum({mul(N, 3 * C), 2 * N, mul(N, qkv_dim(c)), mul(N, HD), mul(mul(B, c.n_heads), T),
-              mul(N, 3 * F)});
+uint64_t block_act_floats(const ModelConfig& c, const LocalDims& d, int B, int T) {
+  const uint64_t N = mul(B, T), C = c.dim;
+  return sum({mul(N, 3 * C), 2 * N, mul(N, d.QKV()), mul(N, d.HD()), mul(mul(B, d.H), T),
+              mul(N, 3 * d.F)});
 }
 
 constexpr uint64_t kAlignFloats = 64;  // 256 bytes between sub-arrays
@@ -162,36 +211,63 @@ uint64_t pad(uint64_t n) { return sum({n, kAlignFloats - 1}) / kAlignFloats * kA
 
 }  // namespace
 
-uint64_t activation_bytes(const ModelConfig& c, int B, int T, bool ckpt) {
+int loss_chunk_rows(const ModelConfig& c, int B, int T, int tp) {
+  const uint64_t N = mul(B, T);
+  if (c.loss_chunk > 0) return int(std::min<uint64_t>(N, uint64_t(c.loss_chunk)));
+  const uint64_t Vl = uint64_t(tp_shard(c, tp, 0).vocab_rows);  // rank 0 holds the most
+  const uint64_t fit = std::max<uint64_t>(1, kAutoLogitsBytes / mul(Vl, 4));
+  return int(std::min(N, fit));
+}
+
+uint64_t logits_bytes(const ModelConfig& c, int B, int T, int tp) {
+  const uint64_t rows = uint64_t(loss_chunk_rows(c, B, T, tp));
+  return mul(pad(mul(rows, uint64_t(tp_shard(c, tp, 0).vocab_rows))), 4);
+}
+
+uint64_t activation_bytes(const ModelConfig& c, int B, int T, bool ckpt, int tp) {
   STRATA_CHECK(B > 0 && T > 0, "model::activation_bytes", "B = ", B, ", T = ", T);
-  const uint64_t N = mul(B, T), C = c.dim, F = c.ffn_dim, V = c.vocab_size;
-  const uint64_t HD = mul(c.n_heads, c.head_dim());
+  const LocalDims d = local_dims(c, tp_shard(c, tp, 0));
+  const uint64_t N = mul(B, T), C = c.dim;
   const uint64_t sets = ckpt ? 1 : uint64_t(c.n_layers);
   const uint64_t floats = sum({
-      mul(sets, sum({block_act_floats(c, B, T), 10 * kAlignFloats})),
-      mul(uint64_t(c.n_layers) + 1, pad(mul(N, C))),                     // residual stream
-      pad(mul(N, C)), pad(N), pad(mul(N, V)), pad(N),                     // head
-      mul(pad(mul(N, C)), 2), pad(mul(N, HD)), pad(mul(N, qkv_dim(c))),  // backward scratch
-      pad(mul(N, 2 * F)), pad(mul(N, F)),
+      mul(sets, sum({block_act_floats(c, d, B, T), 10 * kAlignFloats})),
+      mul(uint64_t(c.n_layers) + 1, pad(mul(N, C))),                      // residual stream
+      pad(mul(N, C)), pad(N), pad(N),                                     // head: lnf, rstd, losses
+      pad(mul(N, 2)), pad(mul(mul(N, 2), uint64_t(tp))), pad(N),          // loss parts, lse
+      mul(pad(mul(N, C)), 2), pad(mul(N, d.HD())), pad(mul(N, d.QKV())),  // backward scratch
+      pad(mul(N, 2 * d.F)), pad(mul(N, d.F)),
       pad(mul(uint64_t(T), c.head_dim())),                                // rope cos | sin tables
   });
-  return checked_add(mul(sum({floats, 2 * pad(N)}), 4), uint64_t(4096),  // tokens, loss slots
+  return checked_add(sum({mul(sum({floats, 2 * pad(N)}), 4), logits_bytes(c, B, T, tp)}),
+                     uint64_t(4096),  // tokens, loss slots
                      "activation bytes");
 }
 
 ModelRunner::ModelRunner(const LlamaModel& model, Device& device, int B, int T, bool ckpt,
-                         int max_heads)
-    : model_(model), device_(device), B_(B), T_(T), ckpt_(ckpt), max_heads_(max_heads) {
+                         int max_heads, TpComms comms)
+    : model_(model), device_(device), B_(B), T_(T), ckpt_(ckpt), comms_(comms),
+      max_heads_(max_heads) {
   const ModelConfig& c = model.config();
+  const TpShard& tp = model.tp();
   STRATA_CHECK(B > 0 && T > 0 && max_heads > 0, "model::runner", "B = ", B, ", T = ", T,
                ", max_heads = ", max_heads);
-  const uint64_t N = mul(B, T), C = c.dim, F = c.ffn_dim, V = c.vocab_size;
-  const uint64_t HD = mul(c.n_heads, c.head_dim()), QKV = qkv_dim(c);
+  STRATA_CHECK(tp.size == 1 || (comms.tp && comms.tp->size() == tp.size &&
+                                comms.tp->rank() == tp.index),
+               "model::runner", "tensor parallelism over ", tp.size,
+               " ranks needs the tp communicator of this rank");
+  STRATA_CHECK(tp.kv_replicas == 1 || (comms.kv && comms.kv->size() == tp.kv_replicas),
+               "model::runner", "replicated kv heads need the communicator of their ",
+               tp.kv_replicas, " ranks");
+  const LocalDims d = local_dims(c, tp);
+  const uint64_t N = mul(B, T), C = c.dim, F = d.F;
+  const uint64_t HD = d.HD(), QKV = d.QKV();
   // The kernels take these as int (forward and backward narrow them unchecked).
   (void)checked_cast<int>(N, "tokens per micro-batch (B x T)");
   (void)checked_cast<int>(QKV, "qkv_dim");
   (void)checked_cast<int>(2 * F, "2 x ffn_dim");
-  (void)activation_bytes(c, B, T, ckpt);  // every size below fits in 64 bits
+  (void)activation_bytes(c, B, T, ckpt, tp.size);  // every size below fits in 64 bits
+  chunk_ = loss_chunk_rows(c, B, T, tp.size);
+  whole_logits_ = tp.size == 1 && uint64_t(chunk_) == N;
 
   auto alloc = [&](uint64_t floats, const char* what) {
     buffers_.push_back(device.alloc(floats * 4, what));
@@ -221,7 +297,7 @@ ModelRunner::ModelRunner(const LlamaModel& model, Device& device, int B, int T, 
   int sets = ckpt ? 1 : c.n_layers;
   acts_.resize(static_cast<size_t>(sets));
   for (auto& a : acts_) {
-    float* p = alloc(block_act_floats(c, B, T) + 10 * kAlignFloats, "block activations");
+    float* p = alloc(block_act_floats(c, d, B, T) + 10 * kAlignFloats, "block activations");
     auto take = [&](uint64_t n) {
       float* r = p;
       p += pad(n);
@@ -231,7 +307,7 @@ ModelRunner::ModelRunner(const LlamaModel& model, Device& device, int B, int T, 
     a.rstd1 = take(N);
     a.qkv = take(N * QKV);
     a.att = take(N * HD);
-    a.lse = take(uint64_t(B) * c.n_heads * T);
+    a.lse = take(uint64_t(B) * d.H * T);
     a.x1 = take(N * C);
     a.ln2 = take(N * C);
     a.rstd2 = take(N);
@@ -240,8 +316,13 @@ ModelRunner::ModelRunner(const LlamaModel& model, Device& device, int B, int T, 
   }
   lnf_ = alloc(N * C, "head activations");
   rstdf_ = alloc(N, "head activations");
-  logits_ = alloc(N * V, "logits");
+  logits_ = alloc(uint64_t(chunk_) * d.V, "logits");
   losses_ = alloc(N, "per-token losses");
+  if (!whole_logits_) {
+    ce_stats_ = alloc(2 * N, "loss parts");
+    ce_stats_all_ = tp.size > 1 ? alloc(2 * N * uint64_t(tp.size), "loss parts") : ce_stats_;
+    ce_lse_ = alloc(N, "loss parts");
+  }
   dx_ = alloc(N * C, "backward scratch");
   dln_ = alloc(N * C, "backward scratch");
   datt_ = alloc(N * HD, "backward scratch");
@@ -263,7 +344,19 @@ void ModelRunner::copy_losses(Stream& s, double* host_out) {
 }
 
 void ModelRunner::copy_logits(Stream& s, float* host_out) {
+  STRATA_CHECK(whole_logits_, "model::copy_logits",
+               "the logits are not held whole (tensor parallelism or model.loss_chunk splits them)");
   s.copy(host_out, logits_, size_t(B_) * T_ * model_.config().vocab_size * 4);
+}
+
+uint64_t ModelRunner::take_tp_bytes() { return std::exchange(tp_bytes_, 0); }
+
+// The tp group's sum of a partial result (row-parallel outputs, column-parallel input
+// gradients), in place on the compute stream: the Megatron "g" / "f" conjugate pair.
+void ModelRunner::tp_all_reduce(Stream& s, float* buf, size_t count) {
+  if (!comms_.tp) return;
+  comms_.tp->all_reduce(s, buf, count, CommType::f32, ReduceOp::sum);
+  tp_bytes_ += count * 4;
 }
 
 // ---- forward ----------------------------------------------------------------------------------
@@ -271,9 +364,11 @@ void ModelRunner::copy_logits(Stream& s, float* host_out) {
 void ModelRunner::block_forward(Stream& s, int layer, const float* p, BlockActs& a,
                                 const float* x, float* x_out) {
   const ModelConfig& c = model_.config();
+  const TpShard& tp = model_.tp();
   Ops& ops = device_.ops();
-  const int N = B_ * T_, C = c.dim, F = c.ffn_dim, H = c.n_heads, KVH = c.n_kv_heads;
-  const int D = c.head_dim(), HD = H * D, QKV = int(qkv_dim(c));  // int: checked at construction
+  // Local sizes: this rank's heads, kv heads and ffn columns (all of them with tp = 1).
+  const int N = B_ * T_, C = c.dim, F = tp.ffn, H = tp.heads, KVH = tp.kv_heads;
+  const int D = c.head_dim(), HD = H * D, QKV = (H + 2 * KVH) * D;  // int: checked at construction
   const FlatLayout& L = model_.unit(1 + layer).layout;
   const std::string pre = str("model.layers.", layer, ".");
   const float* w_ln1 = p + L.view(pre + "input_layernorm.weight").offset;
@@ -289,23 +384,52 @@ void ModelRunner::block_forward(Stream& s, int layer, const float* p, BlockActs&
   ops.rope_fwd(s, a.qkv + HD, rope_cos_, rope_sin_, B_, T_, KVH, D, QKV);   // k
   ops.attention_fwd(s, a.att, a.lse, a.qkv, a.qkv + HD, a.qkv + HD + KVH * D, B_, T_, H, KVH, D,
                     QKV, QKV);
-  ops.linear_fwd(s, a.x1, a.att, w_o, N, HD, C);
+  ops.linear_fwd(s, a.x1, a.att, w_o, N, HD, C);                      // this rank's heads' part
+  tp_all_reduce(s, a.x1, size_t(N) * C);
   ops.add(s, a.x1, a.x1, x, size_t(N) * C);                           // x1 = x + o
   ops.rmsnorm_fwd(s, a.ln2, a.rstd2, a.x1, w_ln2, N, C, c.norm_eps);
   ops.linear_fwd(s, a.gu, a.ln2, w_gu, N, C, 2 * F);
   ops.swiglu_fwd(s, a.h, a.gu, a.gu + F, N, F, 2 * F);
-  ops.linear_fwd(s, x_out, a.h, w_d, N, F, C);
+  ops.linear_fwd(s, x_out, a.h, w_d, N, F, C);                        // this rank's ffn part
+  tp_all_reduce(s, x_out, size_t(N) * C);
   ops.add(s, x_out, x_out, a.x1, size_t(N) * C);                      // out = x1 + mlp
+}
+
+// Vocabulary-parallel loss, chunk by chunk: logits of `chunk_` tokens over this rank's
+// vocabulary rows, their partial log-sum-exp and target logit; then every rank's parts
+// (one all-gather of (N, 2)) combine into the per-token losses and the full log-sum-exp.
+void ModelRunner::head_forward_parts(Stream& s, const float* w_head) {
+  const ModelConfig& c = model_.config();
+  const TpShard& tp = model_.tp();
+  Ops& ops = device_.ops();
+  const int N = B_ * T_, C = c.dim, V = c.vocab_size, Vp = tp.vocab_rows;
+  for (int n0 = 0; n0 < N; n0 += chunk_) {
+    const int n = std::min(chunk_, N - n0);
+    ops.linear_fwd(s, logits_, lnf_ + size_t(n0) * C, w_head, n, C, Vp);  // (n, Vp)
+    ops.cross_entropy_part_fwd(s, ce_stats_ + 2 * size_t(n0), logits_, targets_ + n0, n, Vp,
+                               tp.vocab_begin, V);
+  }
+  if (comms_.tp) {
+    comms_.tp->all_gather(s, ce_stats_all_, ce_stats_, 2 * size_t(N), CommType::f32);
+    tp_bytes_ += 2 * size_t(N) * 4 * size_t(tp.size);
+  }
+  ops.cross_entropy_combine(s, losses_, ce_lse_, ce_stats_all_, targets_, N, tp.size);
 }
 
 void ModelRunner::forward(Stream& s, int u, const float* p, const float* embedding_params) {
   const ModelConfig& c = model_.config();
+  const TpShard& tp = model_.tp();
   Ops& ops = device_.ops();
   const int N = B_ * T_, C = c.dim, V = c.vocab_size;
   const UnitSpec& unit = model_.unit(u);
   switch (unit.kind) {
     case UnitKind::embedding:
-      ops.embedding_fwd(s, xs_[0], inputs_, p, N, C, c.vocab_size);
+      if (tp.size == 1) {
+        ops.embedding_fwd(s, xs_[0], inputs_, p, N, C, V);
+      } else {  // each rank looks up the tokens of its vocabulary rows; the sum is the lookup
+        ops.embedding_part_fwd(s, xs_[0], inputs_, p, N, C, V, tp.vocab_begin, tp.vocab_rows);
+        tp_all_reduce(s, xs_[0], size_t(N) * C);
+      }
       return;
     case UnitKind::block: {
       int l = unit.layer;
@@ -320,8 +444,12 @@ void ModelRunner::forward(Stream& s, int u, const float* p, const float* embeddi
       const float* w_head = model_.tied() ? embedding_params : p + L.view("lm_head.weight").offset;
       STRATA_CHECK(w_head != nullptr, "model::forward", "tied head needs the embedding's parameters");
       ops.rmsnorm_fwd(s, lnf_, rstdf_, xs_[size_t(c.n_layers)], w_norm, N, C, c.norm_eps);
-      ops.linear_fwd(s, logits_, lnf_, w_head, N, C, V);
-      ops.cross_entropy_fwd(s, losses_, logits_, targets_, N, V);
+      if (whole_logits_) {
+        ops.linear_fwd(s, logits_, lnf_, w_head, N, C, V);
+        ops.cross_entropy_fwd(s, losses_, logits_, targets_, N, V);
+      } else {
+        head_forward_parts(s, w_head);
+      }
       ops.sum(s, loss_slots_ + n_losses_, losses_, size_t(N));
       ++n_losses_;
       return;
@@ -331,12 +459,31 @@ void ModelRunner::forward(Stream& s, int u, const float* p, const float* embeddi
 
 // ---- backward ---------------------------------------------------------------------------------
 
+// dlogits chunk by chunk from the full log-sum-exp (the logits recomputed when there are several
+// chunks), accumulated into the head's gradient; dln_ gets this rank's part of d(lnf).
+void ModelRunner::head_backward_parts(Stream& s, const float* w_head, float* dw_head, float dloss) {
+  const ModelConfig& c = model_.config();
+  const TpShard& tp = model_.tp();
+  Ops& ops = device_.ops();
+  const int N = B_ * T_, C = c.dim, V = c.vocab_size, Vp = tp.vocab_rows;
+  const bool recompute = chunk_ < N;
+  for (int n0 = 0; n0 < N; n0 += chunk_) {
+    const int n = std::min(chunk_, N - n0);
+    const float* ln = lnf_ + size_t(n0) * C;
+    if (recompute) ops.linear_fwd(s, logits_, ln, w_head, n, C, Vp);
+    ops.cross_entropy_part_bwd(s, logits_, logits_, ce_lse_ + n0, targets_ + n0, dloss, n, Vp,
+                               tp.vocab_begin, V);
+    ops.linear_bwd(s, dln_ + size_t(n0) * C, dw_head, logits_, ln, w_head, n, C, Vp);
+  }
+}
+
 void ModelRunner::backward(Stream& s, int u, const float* p, float* g, float dloss,
                            const float* embedding_params, float* embedding_grads) {
   const ModelConfig& c = model_.config();
+  const TpShard& tp = model_.tp();
   Ops& ops = device_.ops();
-  const int N = B_ * T_, C = c.dim, V = c.vocab_size, F = c.ffn_dim, H = c.n_heads;
-  const int KVH = c.n_kv_heads, D = c.head_dim(), HD = H * D, QKV = int(qkv_dim(c));
+  const int N = B_ * T_, C = c.dim, V = c.vocab_size, F = tp.ffn, H = tp.heads;
+  const int KVH = tp.kv_heads, D = c.head_dim(), HD = H * D, QKV = (H + 2 * KVH) * D;
   const UnitSpec& unit = model_.unit(u);
   const FlatLayout& L = unit.layout;
 
@@ -346,8 +493,13 @@ void ModelRunner::backward(Stream& s, int u, const float* p, float* g, float dlo
       const float* w_head = model_.tied() ? embedding_params : p + L.view("lm_head.weight").offset;
       float* dw_head = model_.tied() ? embedding_grads : g + L.view("lm_head.weight").offset;
       STRATA_CHECK(w_head && dw_head, "model::backward", "tied head needs the embedding's buffers");
-      ops.cross_entropy_bwd(s, logits_, logits_, targets_, dloss, N, V);   // dlogits in place
-      ops.linear_bwd(s, dln_, dw_head, logits_, lnf_, w_head, N, C, V);
+      if (whole_logits_) {
+        ops.cross_entropy_bwd(s, logits_, logits_, targets_, dloss, N, V);   // dlogits in place
+        ops.linear_bwd(s, dln_, dw_head, logits_, lnf_, w_head, N, C, V);
+      } else {
+        head_backward_parts(s, w_head, dw_head, dloss);
+        tp_all_reduce(s, dln_, size_t(N) * C);  // d(lnf): the sum of every vocabulary part's
+      }
       s.fill_zero(dx_, size_t(N) * C * 4);
       ops.rmsnorm_bwd(s, dx_, g + o_norm, dln_, xs_[size_t(c.n_layers)], p + o_norm, rstdf_, N, C);
       return;
@@ -360,14 +512,18 @@ void ModelRunner::backward(Stream& s, int u, const float* p, float* g, float dlo
       const std::string pre = str("model.layers.", l, ".");
       const size_t o_ln1 = L.view(pre + "input_layernorm.weight").offset;
       const size_t o_qkv = L.view(pre + "self_attn.q_proj.weight").offset;
+      const size_t o_k = L.view(pre + "self_attn.k_proj.weight").offset;
       const size_t o_o = L.view(pre + "self_attn.o_proj.weight").offset;
       const size_t o_ln2 = L.view(pre + "post_attention_layernorm.weight").offset;
       const size_t o_gu = L.view(pre + "mlp.gate_proj.weight").offset;
       const size_t o_d = L.view(pre + "mlp.down_proj.weight").offset;
-      // dx_ holds d(block output); it becomes d(x1), then d(block input), in place.
+      // dx_ holds d(block output) (whole on every tp rank); it becomes d(x1), then d(block
+      // input), in place. Column-parallel input gradients are partial sums over the tp ranks'
+      // columns: all-reduced before they join the residual stream.
       ops.linear_bwd(s, dh_, g + o_d, dx_, a.h, p + o_d, N, F, C);
       ops.swiglu_bwd(s, dgu_, dgu_ + F, dh_, a.gu, a.gu + F, N, F, 2 * F);
       ops.linear_bwd(s, dln_, g + o_gu, dgu_, a.ln2, p + o_gu, N, C, 2 * F);
+      tp_all_reduce(s, dln_, size_t(N) * C);
       ops.rmsnorm_bwd(s, dx_, g + o_ln2, dln_, a.x1, p + o_ln2, a.rstd2, N, C);
       ops.linear_bwd(s, datt_, g + o_o, dx_, a.att, p + o_o, N, HD, C);
       ops.attention_bwd(s, dqkv_, dqkv_ + HD, dqkv_ + HD + KVH * D, datt_, a.att, a.lse, a.qkv,
@@ -375,11 +531,22 @@ void ModelRunner::backward(Stream& s, int u, const float* p, float* g, float dlo
       ops.rope_bwd(s, dqkv_, rope_cos_, rope_sin_, B_, T_, H, D, QKV);
       ops.rope_bwd(s, dqkv_ + HD, rope_cos_, rope_sin_, B_, T_, KVH, D, QKV);
       ops.linear_bwd(s, dln_, g + o_qkv, dqkv_, a.ln1, p + o_qkv, N, C, QKV);
+      if (comms_.kv) {
+        // A kv head replicated on kv_replicas ranks: each holds the gradient from its own query
+        // heads; their sum is the head's gradient (k and v rows are adjacent).
+        const size_t kv = 2 * size_t(KVH) * D * C;
+        comms_.kv->all_reduce(s, g + o_k, kv, CommType::f32, ReduceOp::sum);
+        tp_bytes_ += kv * 4;
+      }
+      tp_all_reduce(s, dln_, size_t(N) * C);
       ops.rmsnorm_bwd(s, dx_, g + o_ln1, dln_, x, p + o_ln1, a.rstd1, N, C);
       return;
     }
     case UnitKind::embedding:
-      ops.embedding_bwd(s, g, dx_, inputs_, N, C, V);
+      if (tp.size == 1)
+        ops.embedding_bwd(s, g, dx_, inputs_, N, C, V);
+      else
+        ops.embedding_part_bwd(s, g, dx_, inputs_, N, C, V, tp.vocab_begin, tp.vocab_rows);
       return;
   }
 }

@@ -10,6 +10,14 @@
 //
 // Within a block the flat layout keeps q, k, v adjacent (one (QKV, C) GEMM) and gate, up
 // adjacent (one (2F, C) GEMM); names and shapes are still Hugging Face's.
+//
+// Tensor parallelism (Megatron-LM's layout): a model built for tp rank r of tp holds only that
+// rank's slices — q, k, v by heads and gate, up by rows (column-parallel); o_proj and down_proj
+// by columns (row-parallel); the embedding and the head by vocabulary rows; norm weights whole.
+// When tp > n_kv_heads each kv head is replicated on tp / n_kv_heads ranks. The runner adds the
+// collectives: one all-reduce (tp group) after attention and one after the MLP in forward, the
+// conjugate all-reduces in backward, and a cross-entropy computed from every rank's partial
+// log-sum-exp, so no rank holds full logits.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/comm.h"
 #include "engine/config.h"
 #include "engine/flat_param.h"
 #include "kernels/device.h"
@@ -32,39 +41,66 @@ struct UnitSpec {
   FlatLayout layout;
 };
 
+// This rank's share of the model under tensor parallelism (size 1: everything).
+struct TpShard {
+  int size = 1, index = 0;
+  int heads = 0, kv_heads = 0, ffn = 0;  // local counts
+  int first_head = 0, first_kv_head = 0;
+  int vocab_begin = 0, vocab_rows = 0;   // rows of the embedding / head this rank holds
+  int kv_replicas = 1;                   // tp ranks sharing each kv head (tp > n_kv_heads)
+};
+// The slices of tp rank `index`; an Error naming parallel.tp when the model does not split.
+TpShard tp_shard(const ModelConfig& config, int tp, int index);
+
 class LlamaModel {
  public:
-  explicit LlamaModel(const ModelConfig& config, int dp = 1);
+  explicit LlamaModel(const ModelConfig& config, int dp = 1, int tp = 1, int tp_index = 0);
 
   const ModelConfig& config() const { return cfg_; }
   int num_units() const { return static_cast<int>(units_.size()); }
   const UnitSpec& unit(int u) const { return units_.at(static_cast<size_t>(u)); }
   const std::vector<UnitSpec>& units() const { return units_; }
   bool tied() const { return cfg_.tie_embeddings; }
+  const TpShard& tp() const { return tp_; }
 
-  int64_t num_params() const;              // every parameter once (tied counted once)
+  int64_t num_params() const;              // every global parameter once (tied counted once)
   // Training FLOPs per token (forward + backward) at sequence length T: 6 × (matmul weights)
   // + 6 × n_layers × T × dim for causal attention (scores and values, fwd + 2 × bwd).
   double train_flops_per_token(int T) const;
 
   // Initial values of flat elements [begin, begin + count) of unit u (padding is zero):
   // norm weights 1, everything else normal(0, init_std) from a counter-based generator keyed by
-  // (seed, parameter name, element index).
+  // (seed, parameter name, global element index) — the same values whatever the tp layout.
   void init_values(int u, uint64_t seed, size_t begin, size_t count, float* out) const;
 
  private:
   ModelConfig cfg_;
+  TpShard tp_;
   std::vector<UnitSpec> units_;
 };
 
-// Device memory the runner allocates for a micro-batch of B × T tokens.
-uint64_t activation_bytes(const ModelConfig& cfg, int B, int T, bool checkpointing);
+// Tokens per loss chunk: model.loss_chunk, or (0) the whole micro-batch when its logits fit
+// kAutoLogitsBytes, else as many rows as do.
+inline constexpr uint64_t kAutoLogitsBytes = 256ull << 20;
+int loss_chunk_rows(const ModelConfig& cfg, int B, int T, int tp);
+
+// Device memory the runner allocates for a micro-batch of B × T tokens (tp rank 0's share,
+// the largest).
+uint64_t activation_bytes(const ModelConfig& cfg, int B, int T, bool checkpointing, int tp = 1);
+// The logits part of it: (loss chunk, vocabulary rows) f32.
+uint64_t logits_bytes(const ModelConfig& cfg, int B, int T, int tp = 1);
+
+// The communicators of tensor parallelism the runner uses (null with tp = 1).
+struct TpComms {
+  Communicator* tp = nullptr;  // the tp group
+  Communicator* kv = nullptr;  // the ranks sharing this rank's kv head (kv_replicas > 1)
+};
 
 class ModelRunner {
  public:
   // max_heads: how many head forwards (micro-batches) may run between reset_loss() calls.
   ModelRunner(const LlamaModel& model, Device& device, int B, int T, bool checkpointing,
-              int max_heads = 1);
+              int max_heads = 1, TpComms comms = {});
   ~ModelRunner();
   ModelRunner(const ModelRunner&) = delete;
   ModelRunner& operator=(const ModelRunner&) = delete;
@@ -92,18 +128,29 @@ class ModelRunner {
   // Enqueues a copy of the loss_count() slots to host memory (valid after the stream syncs).
   void copy_losses(Stream& s, double* host_out);
   // Enqueues a copy of the last head forward's logits (B × T × V) to host memory. Valid after a
-  // forward and before the head's backward (which overwrites them with their gradient).
+  // forward and before the head's backward (which overwrites them with their gradient); only
+  // when the logits are held whole (tp = 1, one loss chunk), an Error otherwise.
   void copy_logits(Stream& s, float* host_out);
+  // Bytes of the tensor-parallel collectives enqueued since the last call (buffer sizes).
+  uint64_t take_tp_bytes();
 
  private:
   struct BlockActs;
   void block_forward(Stream& s, int layer, const float* p, BlockActs& a, const float* x_in,
                      float* x_out);
 
+  void tp_all_reduce(Stream& s, float* buf, size_t count);
+  void head_forward_parts(Stream& s, const float* w_head);
+  void head_backward_parts(Stream& s, const float* w_head, float* dw_head, float dloss);
+
   const LlamaModel& model_;
   Device& device_;
   int B_, T_;
   bool ckpt_;
+  TpComms comms_;
+  int chunk_ = 0;                       // tokens per loss chunk
+  bool whole_logits_ = true;            // tp = 1 and one chunk: the plain cross-entropy
+  uint64_t tp_bytes_ = 0;
   std::vector<Buffer> buffers_;
   int32_t* inputs_ = nullptr;
   int32_t* targets_ = nullptr;
@@ -111,8 +158,11 @@ class ModelRunner {
   std::vector<BlockActs> acts_;         // one per block, or one shared when checkpointing
   float* lnf_ = nullptr;                // head: normed input (N, C)
   float* rstdf_ = nullptr;              // (N)
-  float* logits_ = nullptr;             // (N, V); overwritten by dlogits in backward
+  float* logits_ = nullptr;             // (chunk, Vp); overwritten by dlogits in backward
   float* losses_ = nullptr;             // (N)
+  float* ce_stats_ = nullptr;           // (N, 2) this rank's partial lse and target logit
+  float* ce_stats_all_ = nullptr;       // (tp, N, 2) every rank's
+  float* ce_lse_ = nullptr;             // (N) the full log-sum-exp
   double* loss_slots_ = nullptr;        // (max_heads)
   const float* rope_cos_ = nullptr;     // (T, D/2) rotary tables (kernels/rope_tables.h)
   const float* rope_sin_ = nullptr;     // (T, D/2)

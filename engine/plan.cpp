@@ -49,7 +49,8 @@ bool MemoryPlan::fits() const {
 }
 
 MemoryPlan plan_memory(const Config& c, int dp, const PlanMachine& machine) {
-  LlamaModel model(c.model, dp);
+  const int tp = c.parallel.tp;
+  LlamaModel model(c.model, dp, tp, 0);  // tp rank 0 holds the largest vocabulary part
   const ZeroOptions zo = zero_options(c);
   MemoryPlan p;
   p.params = model.num_params();
@@ -91,8 +92,14 @@ MemoryPlan plan_memory(const Config& c, int dp, const PlanMachine& machine) {
     row(Tier::device, str("full gradients (", slots, " units)"), mul(mul(slots, full), 4));
     if (dp > 1) row(Tier::device, "reduce-scatter result (1 shard)", mul(max_shard, 4));
   }
-  row(Tier::device, "activations (one micro-batch)",
-      activation_bytes(c.model, c.data.micro_batch, c.data.seq_len, c.zero.activation_checkpointing));
+  const uint64_t acts = activation_bytes(c.model, c.data.micro_batch, c.data.seq_len,
+                                         c.zero.activation_checkpointing, tp);
+  const uint64_t logits = logits_bytes(c.model, c.data.micro_batch, c.data.seq_len, tp);
+  row(Tier::device, "activations (one micro-batch)", acts - logits);
+  row(Tier::device,
+      str("logits (", loss_chunk_rows(c.model, c.data.micro_batch, c.data.seq_len, tp),
+          " tokens x ", model.tp().vocab_rows, " vocabulary rows)"),
+      logits);
   // Pinned staging pools.
   uint64_t pools = 0;
   if (zero_chunk_io(zo)) {

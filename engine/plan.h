@@ -50,7 +50,8 @@ struct PlanMachine {
   int ranks_here = 0;                  // ranks sharing this machine (0: dp × tp × pp)
 };
 
-// dp: data-parallel ranks sharing the states.
+// dp: data-parallel ranks sharing the states; parallel.tp splits every unit first (the bytes are
+// those of tp rank 0, which holds the largest vocabulary part).
 MemoryPlan plan_memory(const Config& config, int dp, const PlanMachine& machine);
 
 }  // namespace strata

@@ -24,6 +24,7 @@
 #include "engine/model.h"
 #include "engine/plan.h"
 #include "engine/safetensors.h"
+#include "engine/tensor_parallel.h"
 #include "engine/zero.h"
 #include "kernels/device.h"
 #include "optimizer/schedule.h"
@@ -89,6 +90,9 @@ struct Trainer::Impl {
   Mesh mesh;
   Communicator* dpc = nullptr;  // the data-parallel group: mesh.dp_comm, or NCCL on CUDA
   std::unique_ptr<Communicator> nccl_dp;       // the data-parallel group over NCCL (CUDA)
+  Communicator* tpc = nullptr;  // the tensor-parallel group (tp > 1): mesh.tp_comm, or NCCL
+  Communicator* kvc = nullptr;  // the ranks sharing this rank's kv head (tp > n_kv_heads)
+  std::unique_ptr<Communicator> kv_mpi, nccl_tp, nccl_kv;
   std::unique_ptr<Device> host_device;         // for host-memory collectives over `world`
   std::unique_ptr<Stream> host_stream;
   std::unique_ptr<tbb::global_control> threads;
@@ -122,9 +126,8 @@ struct Trainer::Impl {
 
   Impl(const Config& c, Communicator& w, TrainerOptions o) : cfg(c), opt(std::move(o)), world(w) {
     validate(cfg);
-    if (cfg.parallel.tp != 1 || cfg.parallel.pp != 1)
-      fail("train::init", "tensor and pipeline parallelism are not available yet",
-           "set parallel.tp = 1 and parallel.pp = 1");
+    if (cfg.parallel.pp != 1)
+      fail("train::init", "pipeline parallelism is not available yet", "set parallel.pp = 1");
     watchdog_set_timeout(cfg.parallel.timeout);
     watchdog_set_step(-1);
     watchdog_set_phase("setup");
@@ -149,8 +152,22 @@ struct Trainer::Impl {
     if (cfg.train.threads > 0)
       threads = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism,
                                                       size_t(cfg.train.threads));
-    if (!opt.init_from.empty() && opt.resume.empty()) cfg.model = read_hf_config(opt.init_from);
+    if (!opt.init_from.empty() && opt.resume.empty()) {
+      const int loss_chunk = cfg.model.loss_chunk;  // a run setting, not the architecture's
+      cfg.model = read_hf_config(opt.init_from);
+      cfg.model.loss_chunk = loss_chunk;
+    }
     validate(cfg);
+    const TpShard shard = tp_shard(cfg.model, mesh.tp, mesh.tp_index);
+    if (mesh.tp > 1) {
+      tpc = mesh.tp_comm.get();
+      tpc->set_name("tp");
+      if (shard.kv_replicas > 1) {
+        kv_mpi = mesh.tp_comm->split(mesh.tp_index / shard.kv_replicas, mesh.tp_index);
+        kv_mpi->set_name("tp (kv heads)");
+        kvc = kv_mpi.get();
+      }
+    }
 
     DeviceOptions dopt;
     dopt.mem_limit_bytes = cfg.offload.device_mem_limit;
@@ -175,6 +192,19 @@ struct Trainer::Impl {
       nccl_dp->set_name("dp");
       dpc = nccl_dp.get();
     }
+    if (kind == DeviceKind::cuda && mesh.tp > 1) {
+      if (!nccl_built())
+        fail("train::comm", "tensor-parallel training on CUDA needs NCCL, and this strata was built without it",
+             "install NCCL with the CUDA toolkit and rebuild");
+      nccl_tp = make_nccl_communicator(*mesh.tp_comm, dopt.ordinal);
+      nccl_tp->set_name("tp");
+      tpc = nccl_tp.get();
+      if (kv_mpi) {
+        nccl_kv = make_nccl_communicator(*kv_mpi, dopt.ordinal);
+        nccl_kv->set_name("tp (kv heads)");
+        kvc = nccl_kv.get();
+      }
+    }
 
     PlanMachine machine;
     machine.device_is_host_memory = device->kind() == DeviceKind::cpu;
@@ -196,13 +226,14 @@ struct Trainer::Impl {
     compute = device->make_stream("compute");
     comm = device->make_stream("comm");
     reduce = device->make_stream("reduce");
-    model = std::make_unique<LlamaModel>(cfg.model, dp);
+    model = std::make_unique<LlamaModel>(cfg.model, dp, mesh.tp, mesh.tp_index);
     runner = std::make_unique<ModelRunner>(*model, *device, cfg.data.micro_batch, cfg.data.seq_len,
-                                           cfg.zero.activation_checkpointing, cfg.train.grad_accum);
+                                           cfg.zero.activation_checkpointing, cfg.train.grad_accum,
+                                           TpComms{tpc, kvc});
     ZeroOptions zo = zero_options(cfg);
     zo.adam_isa = opt.adam_isa;
     zo.io_faults = opt.io_faults;
-    zero = std::make_unique<ZeroEngine>(*model, *device, *dpc, *compute, *comm, *reduce, zo);
+    zero = std::make_unique<ZeroEngine>(*model, *device, *dpc, *compute, *comm, *reduce, zo, tpc);
     if (!resume_dir.empty()) {
       resume_from_checkpoint();
     } else if (opt.init_from.empty()) {
@@ -337,7 +368,8 @@ struct Trainer::Impl {
     r.compute_ms = ms_since(t0);
     r.wait_comm_ms = compute->waited_ms() - waited0;
     r.traffic = zero->take_traffic();
-    r.comm_bytes = r.traffic.comm_bytes;
+    r.tp_comm_bytes = runner->take_tp_bytes();
+    r.comm_bytes = r.traffic.comm_bytes + r.tp_comm_bytes;
     if (opt.on_gradients) opt.on_gradients(r.step);
     auto t1 = Clock::now();
     watchdog_set_phase("optimizer");
@@ -373,7 +405,7 @@ struct Trainer::Impl {
     r.step_ms = ms_since(t0);
     r.tokens_per_s = double(G * T) / (r.step_ms / 1000.0);
     if (opt.peak_flops > 0)
-      r.mfu = r.tokens_per_s * model->train_flops_per_token(T) / (opt.peak_flops * dp);
+      r.mfu = r.tokens_per_s * model->train_flops_per_token(T) / (opt.peak_flops * world.size());
     ++steps_done;
     windows_done += G;
     const bool last = r.step == cfg.train.steps || r.step == opt.stop_after;
@@ -489,6 +521,8 @@ struct Trainer::Impl {
           {"params", model->num_params()},
           {"time", {{"compute_ms", r.compute_ms}, {"wait_comm_ms", r.wait_comm_ms}, {"optimizer_ms", r.optimizer_ms}}},
           {"comm_bytes", r.comm_bytes},
+          {"tp_comm_bytes", r.tp_comm_bytes},
+          {"mesh", {{"dp", dp}, {"tp", mesh.tp}, {"pp", mesh.pp}}},
           {"ranks", world.size()},
           {"mem",
            {{"device_peak_bytes", r.device_peak_bytes},
@@ -663,7 +697,8 @@ TrainSummary Trainer::train() {
   s.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   s.tokens_per_s = timed_ms > 0 ? timed_tokens / (timed_ms / 1000.0) : 0;
   if (m.opt.peak_flops > 0)
-    s.mfu = s.tokens_per_s * m.model->train_flops_per_token(m.cfg.data.seq_len) / (m.opt.peak_flops * m.dp);
+    s.mfu = s.tokens_per_s * m.model->train_flops_per_token(m.cfg.data.seq_len) /
+            (m.opt.peak_flops * m.world.size());
   s.device_peak_bytes = m.device_peak_over_ranks();
   if (m.cfg.eval.batches > 0) s.eval_loss = m.last_eval_step == m.steps_done ? m.last_eval_loss : m.evaluate();
   if (s.eval_loss >= 0 && (s.best_eval_step < 0 || s.eval_loss < s.best_eval_loss)) {
@@ -693,26 +728,37 @@ std::pair<int, const ParamView*> locate(const LlamaModel& model, const std::stri
   fail(where, str("no parameter named '", name, "'"));
 }
 
-std::vector<float> slice(const std::vector<float>& all, const ParamView& v) {
-  return std::vector<float>(all.begin() + long(v.offset), all.begin() + long(v.offset + v.numel));
+// The whole tensor of view v of unit u from the unit's gathered values on this rank (every rank
+// calls it: collective over the tp group).
+std::vector<float> whole(Communicator* tp, Device& device, Stream& stream, const LlamaModel& model,
+                         int u, const ParamView& v, const std::vector<float>& unit) {
+  const auto& views = model.unit(u).layout.views();
+  const size_t i = size_t(&v - views.data());
+  return std::move(assemble_unit(tp, device, stream, model, u, unit)[i]);
 }
 }  // namespace
 
 std::vector<float> Trainer::parameter(const std::string& name) {
   auto [u, v] = locate(*impl_->model, name, "train::parameter");
-  return slice(impl_->zero->gather_unit_to_host(u), *v);
+  Impl& m = *impl_;
+  return whole(m.tpc, *m.device, *m.comm, *m.model, u, *v, m.zero->gather_unit_to_host(u));
 }
 
 std::vector<float> Trainer::gradient(const std::string& name) {
   auto [u, v] = locate(*impl_->model, name, "train::gradient");
-  return slice(impl_->zero->gather_grad_to_host(u), *v);
+  Impl& m = *impl_;
+  return whole(m.tpc, *m.device, *m.comm, *m.model, u, *v, m.zero->gather_grad_to_host(u));
 }
 
 void Trainer::set_parameter(const std::string& name, const std::vector<float>& values) {
   auto [u, v] = locate(*impl_->model, name, "train::set_parameter");
-  if (values.size() != v->numel)
-    fail("train::set_parameter", str("'", name, "' has ", v->numel, " elements, got ", values.size()));
-  impl_->zero->set_values(u, v->offset, values);
+  if (values.size() != v->global_numel())
+    fail("train::set_parameter",
+         str("'", name, "' has ", v->global_numel(), " elements, got ", values.size()));
+  // This rank's slice of the whole tensor, in the slice's row-major order.
+  std::vector<float> mine(v->numel);
+  for (size_t i = 0; i < v->numel; ++i) mine[i] = values[v->global_index(i)];
+  impl_->zero->set_values(u, v->offset, mine);
 }
 
 double Trainer::forward_logits(const int32_t* inputs, const int32_t* targets,

@@ -37,6 +37,7 @@ struct StepRecord {
   double wait_comm_ms = 0; // of compute_ms: the compute stream blocked on communication
   double optimizer_ms = 0; // norm, clipping and AdamW
   uint64_t comm_bytes = 0; // collective buffer bytes this rank enqueued (nccl-tests "size")
+  uint64_t tp_comm_bytes = 0;  // the tensor-parallel part of it (activations, kv gradients)
   ZeroTraffic traffic;     // bytes moved per link this step (this rank)
   uint64_t device_peak_bytes = 0;  // largest over ranks (filled on logged steps)
   double tokens_per_s = 0;

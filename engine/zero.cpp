@@ -1,6 +1,7 @@
 // engine/zero.cpp — shards on their tiers, gather/reduce slots, NVMe staging, and the optimizer
 // step of the ZeRO-3 engine.
 #include "engine/zero.h"
+#include "engine/tensor_parallel.h"
 
 #include <algorithm>
 #include <cmath>
@@ -105,8 +106,8 @@ ZeroOptions zero_options(const Config& cfg) {
 }
 
 ZeroEngine::ZeroEngine(const LlamaModel& model, Device& device, Communicator& dp, Stream& compute,
-                       Stream& comm, Stream& reduce, const ZeroOptions& options)
-    : model_(model), device_(device), dp_(dp), dp_reduce_(dp.split(0, dp.rank())),
+                       Stream& comm, Stream& reduce, const ZeroOptions& options, Communicator* tp)
+    : model_(model), device_(device), dp_(dp), tp_(tp), dp_reduce_(dp.split(0, dp.rank())),
       compute_(compute), comm_(comm), reduce_(reduce), opt_(options),
       grads_tier_(effective_grads_tier(options)) {
   dp_reduce_->set_name(dp.name() + " (reductions)");
@@ -215,8 +216,15 @@ ZeroEngine::ZeroEngine(const LlamaModel& model, Device& device, Communicator& dp
   // cannot address device memory.
   if (!host_ok && opt_.optimizer != Tier::device && opt_.params == Tier::device && !param_is_master())
     param_stage_ = device.alloc_host(shard * esz, true, "compute copy staging");
-  norm_parts_ = device.alloc(units_.size() * 8, "gradient norm partial sums");
-  norm_host_ = device.alloc_host(units_.size() * 8, true, "gradient norm partial sums");
+  size_t n_ranges = 0;
+  for (int u = 0; u < model.num_units(); ++u) {
+    const FlatLayout& L = model.unit(u).layout;
+    norm_ranges_.push_back(norm_ranges(L, size_t(dp.rank()) * L.shard_numel(), L.shard_numel()));
+    n_ranges += norm_ranges_.back().size();
+  }
+  n_ranges = std::max(n_ranges, units_.size());
+  norm_parts_ = device.alloc(n_ranges * 8, "gradient norm partial sums");
+  norm_host_ = device.alloc_host(n_ranges * 8, true, "gradient norm partial sums");
 
   // ---- pinned staging pools (budget offload.pinned_mem_limit) ----
   const uint64_t chunk_bytes = zero_chunk_bytes(opt_, shard);
@@ -371,15 +379,23 @@ void ZeroEngine::init_from(const SafetensorsReader& reader) {
       size_t b = std::max(begin, v.offset), e = std::min(end, v.offset + v.numel);
       if (b >= e) continue;
       const TensorInfo& info = reader.info(v.name);
-      if (info.shape != v.shape) {
+      if (info.shape != v.global_shape) {
         std::string want, got;
-        for (auto d : v.shape) want += str(want.empty() ? "" : ", ", d);
+        for (auto d : v.global_shape) want += str(want.empty() ? "" : ", ", d);
         for (auto d : info.shape) got += str(got.empty() ? "" : ", ", d);
         fail("zero::init_from", str("tensor '", v.name, "' has shape [", got, "] but the model needs [",
                                     want, "]"),
              "the checkpoint's config.json and tensors disagree, or the file is from another model");
       }
-      reader.read_f32(v.name, h.data() + (b - begin), int64_t(b - v.offset), int64_t(e - b));
+      // Only this rank's slice, in runs contiguous in the global tensor (a row of a
+      // column-split slice; the whole range otherwise).
+      const size_t run = v.split_dim == 1 ? size_t(v.shape[1]) : v.numel;
+      for (size_t i = b; i < e;) {
+        const size_t local = i - v.offset, n_run = std::min(e - i, run - local % run);
+        reader.read_f32(v.name, h.data() + (i - begin), int64_t(v.global_index(local)),
+                        int64_t(n_run));
+        i += n_run;
+      }
     }
     write_master_values(units_[size_t(u)], 0, n, h.data());
   }
@@ -583,25 +599,32 @@ double ZeroEngine::grad_norm() {
   Ops& ops = device_.ops();
   double* parts = norm_parts_.as<double>();
   double* h = norm_host_.as<double>();
+  size_t n = 0;  // partial sums, one per range
   if (grads_tier_ == Tier::device || device_.host_addressable()) {
     for (int u = 0; u < model_.num_units(); ++u)
-      ops.sum_squares(compute_, parts + u, units_[size_t(u)].grad.ptr<float>(),
-                      model_.unit(u).layout.shard_numel());
-    compute_.copy(h, parts, units_.size() * 8);
+      for (auto [begin, count] : norm_ranges_[size_t(u)])
+        ops.sum_squares(compute_, parts + n++, units_[size_t(u)].grad.ptr<float>() + begin, count);
+    compute_.copy(h, parts, n * 8);
     compute_.synchronize();
   } else {
     for (int u = 0; u < model_.num_units(); ++u) {
       const float* g = units_[size_t(u)].grad.ptr<float>();
-      double acc = 0;
-      for (size_t i = 0; i < model_.unit(u).layout.shard_numel(); ++i) acc += double(g[i]) * g[i];
-      h[u] = acc;
+      for (auto [begin, count] : norm_ranges_[size_t(u)]) {
+        double acc = 0;
+        for (size_t i = begin; i < begin + count; ++i) acc += double(g[i]) * g[i];
+        h[n++] = acc;
+      }
     }
   }
   double local = 0;
-  for (size_t u = 0; u < units_.size(); ++u) local += h[u];
+  for (size_t i = 0; i < n; ++i) local += h[i];
   h[0] = local;
   if (dp_.size() > 1) {
     dp_.all_reduce(comm_, h, 1, CommType::f64, ReduceOp::sum);
+    comm_.synchronize();
+  }
+  if (tp_ && tp_->size() > 1) {
+    tp_->all_reduce(comm_, h, 1, CommType::f64, ReduceOp::sum);
     comm_.synchronize();
   }
   return std::sqrt(h[0]);
@@ -822,21 +845,26 @@ void ZeroEngine::save(const std::string& dir, DType dtype) {
   std::vector<TensorInfo> infos;
   StDType st = dtype == DType::bf16 ? StDType::bf16 : dtype == DType::f16 ? StDType::f16 : StDType::f32;
   for (const auto& unit : model_.units())
-    for (const auto& v : unit.layout.views()) infos.push_back(TensorInfo{v.name, st, v.shape});
+    for (const auto& v : unit.layout.views()) infos.push_back(TensorInfo{v.name, st, v.global_shape});
   std::unique_ptr<SafetensorsWriter> writer;
-  if (dp_.rank() == 0) {
+  const bool writes = dp_.rank() == 0 && (!tp_ || tp_->rank() == 0);
+  if (writes) {
     write_hf_config(dir, model_.config(), dtype);
     writer = std::make_unique<SafetensorsWriter>(dir + "/model.safetensors", infos,
                                                  std::map<std::string, std::string>{{"format", "pt"}});
   }
   for (int u = 0; u < model_.num_units(); ++u) {
     std::vector<float> values = gather_unit_to_host(u);  // every rank takes part
+    // The whole tensors from every tp rank's slices (collective over tp; tp = 1: the views).
+    std::vector<std::vector<float>> tensors = assemble_unit(tp_, device_, comm_, model_, u, values);
     if (!writer) continue;
-    for (const auto& v : model_.unit(u).layout.views())
-      writer->write_f32(v.name, values.data() + v.offset, int64_t(v.numel));
+    const auto& views = model_.unit(u).layout.views();
+    for (size_t i = 0; i < views.size(); ++i)
+      writer->write_f32(views[i].name, tensors[i].data(), int64_t(tensors[i].size()));
   }
   if (writer) writer->finish();
   dp_.barrier(comm_);  // when save returns on any rank, the files are in place
+  if (tp_) tp_->barrier(comm_);
   comm_.synchronize();
 }
 

@@ -119,8 +119,9 @@ class ZeroEngine {
  public:
   // comm carries the all-gathers, reduce the reduce-scatters (over a duplicate of dp), so that
   // neither waits in line behind the other.
+  // tp: the tensor-parallel group (null with tp = 1), over which the gradient norm also sums.
   ZeroEngine(const LlamaModel& model, Device& device, Communicator& dp, Stream& compute,
-             Stream& comm, Stream& reduce, const ZeroOptions& options);
+             Stream& comm, Stream& reduce, const ZeroOptions& options, Communicator* tp = nullptr);
   ~ZeroEngine();
   ZeroEngine(const ZeroEngine&) = delete;
   ZeroEngine& operator=(const ZeroEngine&) = delete;
@@ -138,7 +139,8 @@ class ZeroEngine {
   void reduce_grad(int u);               // reduce-scatter it into this rank's grad shard (+=)
 
   // ---- the step (host side; synchronizes the streams first) ----
-  // Global L2 norm of the gradient (local sum of squares, all-reduced over ranks).
+  // Global L2 norm of the gradient (local sum of squares, all-reduced over the dp and tp
+  // groups; a replicated tensor counted once: only its primary copy, flat_param.h).
   double grad_norm();
   // AdamW on every shard; grad_scale multiplies gradients (clipping coefficient). Norm
   // weights are not decayed when `decay_norms` is false. Refreshes the compute copy. States on
@@ -204,6 +206,7 @@ class ZeroEngine {
   const LlamaModel& model_;
   Device& device_;
   Communicator& dp_;
+  Communicator* tp_ = nullptr;
   std::unique_ptr<Communicator> dp_reduce_;  // a duplicate of dp_ for the reduce stream
   Stream& compute_;
   Stream& comm_;
@@ -216,7 +219,10 @@ class ZeroEngine {
   Buffer reduce_tmp_;     // one shard of f32 for reduce-scatter results (device)
   Buffer grad_stage_;     // one shard of f32 in pinned host memory (non host-addressable devices)
   Buffer param_stage_;    // one compute-copy shard in pinned host memory (the same)
-  Buffer norm_parts_;     // one double per unit (device)
+  // The gradient norm's ranges of each unit's shard (primary views only; the whole shard when
+  // every view is primary), and one double per range.
+  std::vector<std::vector<std::pair<size_t, size_t>>> norm_ranges_;
+  Buffer norm_parts_;     // one double per range (device)
   Buffer norm_host_;      // the same on the host
   std::vector<int> order_;  // the current pass's unit order
   // NVMe tier

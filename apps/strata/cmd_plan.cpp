@@ -58,15 +58,16 @@ void register_plan(CLI::App& app) {
         checks.push_back({{"what", c.what}, {"need", c.need}, {"limit", c.limit},
                           {"limit_name", c.limit_name}, {"ok", c.ok()}});
       nlohmann::json j = {{"params", p.params}, {"ranks", args->ranks}, {"dp", dp},
+                          {"tp", cfg.parallel.tp}, {"pp", cfg.parallel.pp},
                           {"rows", rows}, {"checks", checks}, {"fits", p.fits()},
                           {"totals", {{"device", p.tier_bytes("device")}, {"pinned", p.tier_bytes("pinned")},
                                       {"host", p.tier_bytes("host")}, {"nvme", p.tier_bytes("nvme")}}}};
       std::printf("%s\n", j.dump().c_str());
       return;
     }
-    std::printf("strata plan: %lld parameters, %d rank(s) (dp %d), %s, placement params=%s grads=%s "
-                "optimizer=%s, micro-batch %d x %d%s\n",
-                (long long)p.params, args->ranks, dp,
+    std::printf("strata plan: %lld parameters, %d rank(s) (mesh pp %d x dp %d x tp %d), %s, "
+                "placement params=%s grads=%s optimizer=%s, micro-batch %d x %d%s\n",
+                (long long)p.params, args->ranks, cfg.parallel.pp, dp, cfg.parallel.tp,
                 std::string(precision_name(cfg.train.precision)).c_str(),
                 std::string(tier_name(cfg.offload.params)).c_str(),
                 std::string(tier_name(cfg.offload.grads)).c_str(),
