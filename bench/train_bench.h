@@ -24,4 +24,14 @@ struct TrainBenchOptions {
 
 nlohmann::json run_train_bench(const TrainBenchOptions& options);
 
+// Parallel layouts of the same config on this job's ranks (run under mpirun), one after the
+// other: "tp2" (tp 2, dp = world / 2), "dp2" (tp 1), "dp2xtp2". Each reports tokens/s (median
+// over the timed steps), step time, communication bytes per step (all, and the tensor-parallel
+// part), the device peak, and the share of traced step time (steps 2..4) the compute stream
+// spent in tensor-parallel collectives (their spans on the compute track of rank 0's trace:
+// transfer and waiting for the other ranks) and waiting for the data-parallel streams. No GEMM
+// peak: the ranks share this machine's cores. The JSON is complete on rank 0.
+nlohmann::json run_train_layouts_bench(const TrainBenchOptions& options,
+                                       const std::vector<std::string>& layouts);
+
 }  // namespace strata
