@@ -265,6 +265,10 @@ const std::vector<Key>& keys() {
        "tensor-parallel ranks (Megatron layout: heads, ffn and vocabulary split); divides "
        "n_heads and ffn_dim, and divides n_kv_heads or is a multiple of it (kv heads are then "
        "replicated)", between(1, 1024)},
+      {STRATA_CONFIG_KEY(parallel, sequence_parallel), Kind::boolean,
+       "with tp > 1: RMSNorms and residual adds run on 1/tp of the micro-batch's tokens, "
+       "all-gathers and reduce-scatters replace the all-reduces (activation memory of those "
+       "parts divided by tp); data.micro_batch x data.seq_len must be a multiple of tp"},
       {STRATA_CONFIG_KEY(parallel, pp), Kind::integer,
        "pipeline stages; at most n_layers + 2 units", between(1, 4098)},
       {STRATA_CONFIG_KEY(parallel, timeout), Kind::real,
@@ -980,6 +984,12 @@ void validate(const Config& c) {
          str("allowed parallel.tp: divisors of n_heads ", m.n_heads, ": ",
              divisors_text(m.n_heads), " that also divide ffn_dim and divide or are multiples "
              "of n_kv_heads"));
+  if (p.sequence_parallel && (int64_t(c.data.micro_batch) * c.data.seq_len) % p.tp != 0)
+    fail(kWhere,
+         str("parallel.sequence_parallel splits the ", int64_t(c.data.micro_batch) * c.data.seq_len,
+             " tokens of a micro-batch (data.micro_batch x data.seq_len) over parallel.tp = ", p.tp,
+             " ranks, which does not divide them"),
+         "choose data.micro_batch and data.seq_len whose product is a multiple of parallel.tp");
   if (const int64_t units = int64_t(m.n_layers) + 2; p.pp > units)
     fail(kWhere,
          str("parallel.pp = ", p.pp, " exceeds the model's ", units, " units (embedding, ",
@@ -1070,6 +1080,8 @@ std::string config_reference_markdown() {
   out += "- `parallel.tp` divides `model.n_heads` and `model.ffn_dim`, and divides "
          "`model.n_kv_heads` or is a multiple of it; "
          "`parallel.pp <= model.n_layers + 2`.\n";
+  out += "- `parallel.sequence_parallel` needs `data.micro_batch x data.seq_len` to be a multiple "
+         "of `parallel.tp`.\n";
   return out;
 }
 

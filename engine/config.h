@@ -116,6 +116,9 @@ struct ParallelConfig {
   int dp = 0;  // data-parallel ranks; 0 = world / (tp * pp)
   int tp = 1;
   int pp = 1;
+  // Megatron's sequence parallelism (tp > 1): norms and residual adds on 1/tp of the tokens,
+  // all-gathers and reduce-scatters in place of the all-reduces.
+  bool sequence_parallel = false;
   double timeout = 600;  // seconds a collective or stream wait may last before the job is ended
 };
 

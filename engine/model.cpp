@@ -173,15 +173,17 @@ void LlamaModel::init_values(int u, uint64_t seed, size_t begin, size_t count, f
 
 // ---- activations ------------------------------------------------------------------------------
 
+// Local sizes under tensor parallelism: H, KVH, F are this rank's; R = rows of the residual
+// stream here (N, or N/tp with sequence parallelism).
 struct ModelRunner::BlockActs {
-  float* ln1 = nullptr;   // (N, C) input_layernorm output
-  float* rstd1 = nullptr; // (N)
+  float* ln1 = nullptr;   // (R, C) input_layernorm output
+  float* rstd1 = nullptr; // (R)
   float* qkv = nullptr;   // (N, QKV): q | k | v per row, q and k after rotary
   float* att = nullptr;   // (N, H·D) attention output, heads concatenated
   float* lse = nullptr;   // (B, H, T)
-  float* x1 = nullptr;    // (N, C) residual after attention
-  float* ln2 = nullptr;   // (N, C)
-  float* rstd2 = nullptr; // (N)
+  float* x1 = nullptr;    // (R, C) residual after attention
+  float* ln2 = nullptr;   // (R, C)
+  float* rstd2 = nullptr; // (R)
   float* gu = nullptr;    // (N, 2F): gate | up per row
   float* h = nullptr;     // (N, F) silu(gate) * up
 };
@@ -199,10 +201,10 @@ LocalDims local_dims(const ModelConfig& c, const TpShard& t) {
                    uint64_t(t.vocab_rows), uint64_t(c.head_dim())};
 }
 
-// Floats of one block's saved activations for N tokens.
-uint64_t block_act_floats(const ModelConfig& c, const LocalDims& d, int B, int T) {
+// Floats of one block's saved activations for N tokens, R of them in the residual stream here.
+uint64_t block_act_floats(const ModelConfig& c, const LocalDims& d, int B, int T, uint64_t R) {
   const uint64_t N = mul(B, T), C = c.dim;
-  return sum({mul(N, 3 * C), 2 * N, mul(N, d.QKV()), mul(N, d.HD()), mul(mul(B, d.H), T),
+  return sum({mul(R, 3 * C), 2 * R, mul(N, d.QKV()), mul(N, d.HD()), mul(mul(B, d.H), T),
               mul(N, 3 * d.F)});
 }
 
@@ -224,18 +226,21 @@ uint64_t logits_bytes(const ModelConfig& c, int B, int T, int tp) {
   return mul(pad(mul(rows, uint64_t(tp_shard(c, tp, 0).vocab_rows))), 4);
 }
 
-uint64_t activation_bytes(const ModelConfig& c, int B, int T, bool ckpt, int tp) {
+uint64_t activation_bytes(const ModelConfig& c, int B, int T, bool ckpt, int tp, bool sp) {
   STRATA_CHECK(B > 0 && T > 0, "model::activation_bytes", "B = ", B, ", T = ", T);
   const LocalDims d = local_dims(c, tp_shard(c, tp, 0));
   const uint64_t N = mul(B, T), C = c.dim;
+  sp = sp && tp > 1;
+  const uint64_t R = sp ? N / uint64_t(tp) : N;  // rows of the residual stream here
   const uint64_t sets = ckpt ? 1 : uint64_t(c.n_layers);
   const uint64_t floats = sum({
-      mul(sets, sum({block_act_floats(c, d, B, T), 10 * kAlignFloats})),
-      mul(uint64_t(c.n_layers) + 1, pad(mul(N, C))),                      // residual stream
-      pad(mul(N, C)), pad(N), pad(N),                                     // head: lnf, rstd, losses
+      mul(sets, sum({block_act_floats(c, d, B, T, R), 10 * kAlignFloats})),
+      mul(uint64_t(c.n_layers) + 1, pad(mul(R, C))),                      // residual stream
+      pad(mul(N, C)), pad(R), pad(N),                                     // head: lnf, rstd, losses
       pad(mul(N, 2)), pad(mul(mul(N, 2), uint64_t(tp))), pad(N),          // loss parts, lse
-      mul(pad(mul(N, C)), 2), pad(mul(N, d.HD())), pad(mul(N, d.QKV())),  // backward scratch
-      pad(mul(N, 2 * d.F)), pad(mul(N, d.F)),
+      sp ? sum({pad(mul(R, C)), mul(pad(mul(N, C)), 2)}) : 0,             // sp: lnf rows, gathers
+      pad(mul(R, C)), pad(mul(N, C)), pad(mul(N, d.HD())),                // backward scratch
+      pad(mul(N, d.QKV())), pad(mul(N, 2 * d.F)), pad(mul(N, d.F)),
       pad(mul(uint64_t(T), c.head_dim())),                                // rope cos | sin tables
   });
   return checked_add(sum({mul(sum({floats, 2 * pad(N)}), 4), logits_bytes(c, B, T, tp)}),
@@ -244,7 +249,7 @@ uint64_t activation_bytes(const ModelConfig& c, int B, int T, bool ckpt, int tp)
 }
 
 ModelRunner::ModelRunner(const LlamaModel& model, Device& device, int B, int T, bool ckpt,
-                         int max_heads, TpComms comms)
+                         int max_heads, TpOptions comms)
     : model_(model), device_(device), B_(B), T_(T), ckpt_(ckpt), comms_(comms),
       max_heads_(max_heads) {
   const ModelConfig& c = model.config();
@@ -265,7 +270,12 @@ ModelRunner::ModelRunner(const LlamaModel& model, Device& device, int B, int T, 
   (void)checked_cast<int>(N, "tokens per micro-batch (B x T)");
   (void)checked_cast<int>(QKV, "qkv_dim");
   (void)checked_cast<int>(2 * F, "2 x ffn_dim");
-  (void)activation_bytes(c, B, T, ckpt, tp.size);  // every size below fits in 64 bits
+  sp_ = comms.sequence_parallel && tp.size > 1;
+  STRATA_CHECK(!sp_ || N % uint64_t(tp.size) == 0, "model::runner", "sequence parallelism splits ",
+               N, " tokens over ", tp.size, " ranks");
+  const uint64_t R = sp_ ? N / uint64_t(tp.size) : N;
+  rows_ = int(R);
+  (void)activation_bytes(c, B, T, ckpt, tp.size, sp_);  // every size below fits in 64 bits
   chunk_ = loss_chunk_rows(c, B, T, tp.size);
   whole_logits_ = tp.size == 1 && uint64_t(chunk_) == N;
 
@@ -292,30 +302,35 @@ ModelRunner::ModelRunner(const LlamaModel& model, Device& device, int B, int T, 
   buffers_.push_back(device.alloc(uint64_t(max_heads) * 8, "loss slots"));
   loss_slots_ = buffers_.back().as<double>();
 
-  for (int l = 0; l <= c.n_layers; ++l) xs_.push_back(alloc(N * C, "residual stream activations"));
+  for (int l = 0; l <= c.n_layers; ++l) xs_.push_back(alloc(R * C, "residual stream activations"));
 
   int sets = ckpt ? 1 : c.n_layers;
   acts_.resize(static_cast<size_t>(sets));
   for (auto& a : acts_) {
-    float* p = alloc(block_act_floats(c, d, B, T) + 10 * kAlignFloats, "block activations");
+    float* p = alloc(block_act_floats(c, d, B, T, R) + 10 * kAlignFloats, "block activations");
     auto take = [&](uint64_t n) {
       float* r = p;
       p += pad(n);
       return r;
     };
-    a.ln1 = take(N * C);
-    a.rstd1 = take(N);
+    a.ln1 = take(R * C);
+    a.rstd1 = take(R);
     a.qkv = take(N * QKV);
     a.att = take(N * HD);
     a.lse = take(uint64_t(B) * d.H * T);
-    a.x1 = take(N * C);
-    a.ln2 = take(N * C);
-    a.rstd2 = take(N);
+    a.x1 = take(R * C);
+    a.ln2 = take(R * C);
+    a.rstd2 = take(R);
     a.gu = take(N * 2 * F);
     a.h = take(N * F);
   }
   lnf_ = alloc(N * C, "head activations");
-  rstdf_ = alloc(N, "head activations");
+  rstdf_ = alloc(R, "head activations");
+  if (sp_) {
+    lnf_rows_ = alloc(R * C, "head activations");
+    full_ = alloc(N * C, "sequence-parallel gathers");
+    dfull_ = alloc(N * C, "sequence-parallel gathers");
+  }
   logits_ = alloc(uint64_t(chunk_) * d.V, "logits");
   losses_ = alloc(N, "per-token losses");
   if (!whole_logits_) {
@@ -323,7 +338,7 @@ ModelRunner::ModelRunner(const LlamaModel& model, Device& device, int B, int T, 
     ce_stats_all_ = tp.size > 1 ? alloc(2 * N * uint64_t(tp.size), "loss parts") : ce_stats_;
     ce_lse_ = alloc(N, "loss parts");
   }
-  dx_ = alloc(N * C, "backward scratch");
+  dx_ = alloc(R * C, "backward scratch");
   dln_ = alloc(N * C, "backward scratch");
   datt_ = alloc(N * HD, "backward scratch");
   dqkv_ = alloc(N * QKV, "backward scratch");
@@ -359,6 +374,25 @@ void ModelRunner::tp_all_reduce(Stream& s, float* buf, size_t count) {
   tp_bytes_ += count * 4;
 }
 
+void ModelRunner::sp_all_gather(Stream& s, float* full, const float* rows) {
+  const size_t n = size_t(rows_) * model_.config().dim;
+  comms_.tp->all_gather(s, full, rows, n, CommType::f32);
+  tp_bytes_ += n * 4 * size_t(comms_.tp->size());
+}
+
+void ModelRunner::sp_reduce_scatter(Stream& s, float* rows, const float* full) {
+  const size_t n = size_t(rows_) * model_.config().dim;
+  comms_.tp->reduce_scatter(s, rows, full, n, CommType::f32, ReduceOp::sum);
+  tp_bytes_ += n * 4 * size_t(comms_.tp->size());
+}
+
+void ModelRunner::sp_sum_norm_grad(Stream& s, float* dw) {
+  if (!sp_) return;
+  const size_t n = size_t(model_.config().dim);
+  comms_.tp->all_reduce(s, dw, n, CommType::f32, ReduceOp::sum);
+  tp_bytes_ += n * 4;
+}
+
 // ---- forward ----------------------------------------------------------------------------------
 
 void ModelRunner::block_forward(Stream& s, int layer, const float* p, BlockActs& a,
@@ -378,21 +412,45 @@ void ModelRunner::block_forward(Stream& s, int layer, const float* p, BlockActs&
   const float* w_gu = p + L.view(pre + "mlp.gate_proj.weight").offset;      // (2F, C)
   const float* w_d = p + L.view(pre + "mlp.down_proj.weight").offset;       // (C, F)
 
-  ops.rmsnorm_fwd(s, a.ln1, a.rstd1, x, w_ln1, N, C, c.norm_eps);
-  ops.linear_fwd(s, a.qkv, a.ln1, w_qkv, N, C, QKV);
+  // Sequence parallelism: x, x_out, ln1, x1, ln2 hold this rank's R = N/tp rows; the
+  // column-parallel linears read the all-gathered norm output (full_), and the row-parallel
+  // ones write a partial sum over all N rows (full_ again) that is reduce-scattered.
+  const int R = rows_;
+  ops.rmsnorm_fwd(s, a.ln1, a.rstd1, x, w_ln1, R, C, c.norm_eps);
+  const float* ln1 = a.ln1;
+  if (sp_) {
+    sp_all_gather(s, full_, a.ln1);
+    ln1 = full_;
+  }
+  ops.linear_fwd(s, a.qkv, ln1, w_qkv, N, C, QKV);
   ops.rope_fwd(s, a.qkv, rope_cos_, rope_sin_, B_, T_, H, D, QKV);          // q
   ops.rope_fwd(s, a.qkv + HD, rope_cos_, rope_sin_, B_, T_, KVH, D, QKV);   // k
   ops.attention_fwd(s, a.att, a.lse, a.qkv, a.qkv + HD, a.qkv + HD + KVH * D, B_, T_, H, KVH, D,
                     QKV, QKV);
-  ops.linear_fwd(s, a.x1, a.att, w_o, N, HD, C);                      // this rank's heads' part
-  tp_all_reduce(s, a.x1, size_t(N) * C);
-  ops.add(s, a.x1, a.x1, x, size_t(N) * C);                           // x1 = x + o
-  ops.rmsnorm_fwd(s, a.ln2, a.rstd2, a.x1, w_ln2, N, C, c.norm_eps);
-  ops.linear_fwd(s, a.gu, a.ln2, w_gu, N, C, 2 * F);
+  if (sp_) {
+    ops.linear_fwd(s, full_, a.att, w_o, N, HD, C);                   // this rank's heads' part
+    sp_reduce_scatter(s, a.x1, full_);
+  } else {
+    ops.linear_fwd(s, a.x1, a.att, w_o, N, HD, C);
+    tp_all_reduce(s, a.x1, size_t(N) * C);
+  }
+  ops.add(s, a.x1, a.x1, x, size_t(R) * C);                           // x1 = x + o
+  ops.rmsnorm_fwd(s, a.ln2, a.rstd2, a.x1, w_ln2, R, C, c.norm_eps);
+  const float* ln2 = a.ln2;
+  if (sp_) {
+    sp_all_gather(s, full_, a.ln2);
+    ln2 = full_;
+  }
+  ops.linear_fwd(s, a.gu, ln2, w_gu, N, C, 2 * F);
   ops.swiglu_fwd(s, a.h, a.gu, a.gu + F, N, F, 2 * F);
-  ops.linear_fwd(s, x_out, a.h, w_d, N, F, C);                        // this rank's ffn part
-  tp_all_reduce(s, x_out, size_t(N) * C);
-  ops.add(s, x_out, x_out, a.x1, size_t(N) * C);                      // out = x1 + mlp
+  if (sp_) {
+    ops.linear_fwd(s, full_, a.h, w_d, N, F, C);                      // this rank's ffn part
+    sp_reduce_scatter(s, x_out, full_);
+  } else {
+    ops.linear_fwd(s, x_out, a.h, w_d, N, F, C);
+    tp_all_reduce(s, x_out, size_t(N) * C);
+  }
+  ops.add(s, x_out, x_out, a.x1, size_t(R) * C);                      // out = x1 + mlp
 }
 
 // Vocabulary-parallel loss, chunk by chunk: logits of `chunk_` tokens over this rank's
@@ -426,6 +484,9 @@ void ModelRunner::forward(Stream& s, int u, const float* p, const float* embeddi
     case UnitKind::embedding:
       if (tp.size == 1) {
         ops.embedding_fwd(s, xs_[0], inputs_, p, N, C, V);
+      } else if (sp_) {  // each rank's vocabulary rows; the sum, scattered by tokens
+        ops.embedding_part_fwd(s, full_, inputs_, p, N, C, V, tp.vocab_begin, tp.vocab_rows);
+        sp_reduce_scatter(s, xs_[0], full_);
       } else {  // each rank looks up the tokens of its vocabulary rows; the sum is the lookup
         ops.embedding_part_fwd(s, xs_[0], inputs_, p, N, C, V, tp.vocab_begin, tp.vocab_rows);
         tp_all_reduce(s, xs_[0], size_t(N) * C);
@@ -443,7 +504,12 @@ void ModelRunner::forward(Stream& s, int u, const float* p, const float* embeddi
       const float* w_norm = p + L.view("model.norm.weight").offset;
       const float* w_head = model_.tied() ? embedding_params : p + L.view("lm_head.weight").offset;
       STRATA_CHECK(w_head != nullptr, "model::forward", "tied head needs the embedding's parameters");
-      ops.rmsnorm_fwd(s, lnf_, rstdf_, xs_[size_t(c.n_layers)], w_norm, N, C, c.norm_eps);
+      if (sp_) {  // the final norm on this rank's rows; the head reads every token's
+        ops.rmsnorm_fwd(s, lnf_rows_, rstdf_, xs_[size_t(c.n_layers)], w_norm, rows_, C, c.norm_eps);
+        sp_all_gather(s, lnf_, lnf_rows_);
+      } else {
+        ops.rmsnorm_fwd(s, lnf_, rstdf_, xs_[size_t(c.n_layers)], w_norm, N, C, c.norm_eps);
+      }
       if (whole_logits_) {
         ops.linear_fwd(s, logits_, lnf_, w_head, N, C, V);
         ops.cross_entropy_fwd(s, losses_, logits_, targets_, N, V);
@@ -460,8 +526,9 @@ void ModelRunner::forward(Stream& s, int u, const float* p, const float* embeddi
 // ---- backward ---------------------------------------------------------------------------------
 
 // dlogits chunk by chunk from the full log-sum-exp (the logits recomputed when there are several
-// chunks), accumulated into the head's gradient; dln_ gets this rank's part of d(lnf).
-void ModelRunner::head_backward_parts(Stream& s, const float* w_head, float* dw_head, float dloss) {
+// chunks), accumulated into the head's gradient; dlnf (N, C) gets this rank's part of d(lnf).
+void ModelRunner::head_backward_parts(Stream& s, const float* w_head, float* dw_head, float dloss,
+                                      float* dlnf) {
   const ModelConfig& c = model_.config();
   const TpShard& tp = model_.tp();
   Ops& ops = device_.ops();
@@ -473,7 +540,7 @@ void ModelRunner::head_backward_parts(Stream& s, const float* w_head, float* dw_
     if (recompute) ops.linear_fwd(s, logits_, ln, w_head, n, C, Vp);
     ops.cross_entropy_part_bwd(s, logits_, logits_, ce_lse_ + n0, targets_ + n0, dloss, n, Vp,
                                tp.vocab_begin, V);
-    ops.linear_bwd(s, dln_ + size_t(n0) * C, dw_head, logits_, ln, w_head, n, C, Vp);
+    ops.linear_bwd(s, dlnf + size_t(n0) * C, dw_head, logits_, ln, w_head, n, C, Vp);
   }
 }
 
@@ -496,12 +563,17 @@ void ModelRunner::backward(Stream& s, int u, const float* p, float* g, float dlo
       if (whole_logits_) {
         ops.cross_entropy_bwd(s, logits_, logits_, targets_, dloss, N, V);   // dlogits in place
         ops.linear_bwd(s, dln_, dw_head, logits_, lnf_, w_head, N, C, V);
+      } else if (sp_) {  // d(lnf) partial over all tokens: summed and scattered to the rows
+        head_backward_parts(s, w_head, dw_head, dloss, dfull_);
+        sp_reduce_scatter(s, dln_, dfull_);
       } else {
-        head_backward_parts(s, w_head, dw_head, dloss);
+        head_backward_parts(s, w_head, dw_head, dloss, dln_);
         tp_all_reduce(s, dln_, size_t(N) * C);  // d(lnf): the sum of every vocabulary part's
       }
-      s.fill_zero(dx_, size_t(N) * C * 4);
-      ops.rmsnorm_bwd(s, dx_, g + o_norm, dln_, xs_[size_t(c.n_layers)], p + o_norm, rstdf_, N, C);
+      s.fill_zero(dx_, size_t(rows_) * C * 4);
+      ops.rmsnorm_bwd(s, dx_, g + o_norm, dln_, xs_[size_t(c.n_layers)], p + o_norm, rstdf_,
+                      rows_, C);
+      sp_sum_norm_grad(s, g + o_norm);
       return;
     }
     case UnitKind::block: {
@@ -517,20 +589,46 @@ void ModelRunner::backward(Stream& s, int u, const float* p, float* g, float dlo
       const size_t o_ln2 = L.view(pre + "post_attention_layernorm.weight").offset;
       const size_t o_gu = L.view(pre + "mlp.gate_proj.weight").offset;
       const size_t o_d = L.view(pre + "mlp.down_proj.weight").offset;
-      // dx_ holds d(block output) (whole on every tp rank); it becomes d(x1), then d(block
-      // input), in place. Column-parallel input gradients are partial sums over the tp ranks'
-      // columns: all-reduced before they join the residual stream.
-      ops.linear_bwd(s, dh_, g + o_d, dx_, a.h, p + o_d, N, F, C);
+      // dx_ holds d(block output) (whole on every tp rank, or this rank's rows with sequence
+      // parallelism); it becomes d(x1), then d(block input), in place. Column-parallel input
+      // gradients are partial sums over the tp ranks' columns: all-reduced (or reduce-scattered
+      // to the rows) before they join the residual stream. With sequence parallelism the row-
+      // parallel linears read the all-gathered gradient, and the weight gradients of the
+      // column-parallel ones the norm outputs gathered again (as Megatron does, rather than
+      // holding (N, C) per block).
+      const int R = rows_;
+      const float* dout = dx_;
+      if (sp_) {
+        sp_all_gather(s, dfull_, dx_);
+        dout = dfull_;
+      }
+      ops.linear_bwd(s, dh_, g + o_d, dout, a.h, p + o_d, N, F, C);
       ops.swiglu_bwd(s, dgu_, dgu_ + F, dh_, a.gu, a.gu + F, N, F, 2 * F);
-      ops.linear_bwd(s, dln_, g + o_gu, dgu_, a.ln2, p + o_gu, N, C, 2 * F);
-      tp_all_reduce(s, dln_, size_t(N) * C);
-      ops.rmsnorm_bwd(s, dx_, g + o_ln2, dln_, a.x1, p + o_ln2, a.rstd2, N, C);
-      ops.linear_bwd(s, datt_, g + o_o, dx_, a.att, p + o_o, N, HD, C);
+      if (sp_) {
+        sp_all_gather(s, full_, a.ln2);
+        ops.linear_bwd(s, dfull_, g + o_gu, dgu_, full_, p + o_gu, N, C, 2 * F);
+        sp_reduce_scatter(s, dln_, dfull_);
+      } else {
+        ops.linear_bwd(s, dln_, g + o_gu, dgu_, a.ln2, p + o_gu, N, C, 2 * F);
+        tp_all_reduce(s, dln_, size_t(N) * C);
+      }
+      ops.rmsnorm_bwd(s, dx_, g + o_ln2, dln_, a.x1, p + o_ln2, a.rstd2, R, C);
+      sp_sum_norm_grad(s, g + o_ln2);
+      if (sp_) {
+        sp_all_gather(s, dfull_, dx_);
+        dout = dfull_;
+      }
+      ops.linear_bwd(s, datt_, g + o_o, dout, a.att, p + o_o, N, HD, C);
       ops.attention_bwd(s, dqkv_, dqkv_ + HD, dqkv_ + HD + KVH * D, datt_, a.att, a.lse, a.qkv,
                         a.qkv + HD, a.qkv + HD + KVH * D, B_, T_, H, KVH, D, QKV, QKV);
       ops.rope_bwd(s, dqkv_, rope_cos_, rope_sin_, B_, T_, H, D, QKV);
       ops.rope_bwd(s, dqkv_ + HD, rope_cos_, rope_sin_, B_, T_, KVH, D, QKV);
-      ops.linear_bwd(s, dln_, g + o_qkv, dqkv_, a.ln1, p + o_qkv, N, C, QKV);
+      if (sp_) {
+        sp_all_gather(s, full_, a.ln1);
+        ops.linear_bwd(s, dfull_, g + o_qkv, dqkv_, full_, p + o_qkv, N, C, QKV);
+      } else {
+        ops.linear_bwd(s, dln_, g + o_qkv, dqkv_, a.ln1, p + o_qkv, N, C, QKV);
+      }
       if (comms_.kv) {
         // A kv head replicated on kv_replicas ranks: each holds the gradient from its own query
         // heads; their sum is the head's gradient (k and v rows are adjacent).
@@ -538,15 +636,23 @@ void ModelRunner::backward(Stream& s, int u, const float* p, float* g, float dlo
         comms_.kv->all_reduce(s, g + o_k, kv, CommType::f32, ReduceOp::sum);
         tp_bytes_ += kv * 4;
       }
-      tp_all_reduce(s, dln_, size_t(N) * C);
-      ops.rmsnorm_bwd(s, dx_, g + o_ln1, dln_, x, p + o_ln1, a.rstd1, N, C);
+      if (sp_)
+        sp_reduce_scatter(s, dln_, dfull_);
+      else
+        tp_all_reduce(s, dln_, size_t(N) * C);
+      ops.rmsnorm_bwd(s, dx_, g + o_ln1, dln_, x, p + o_ln1, a.rstd1, R, C);
+      sp_sum_norm_grad(s, g + o_ln1);
       return;
     }
     case UnitKind::embedding:
       if (tp.size == 1)
         ops.embedding_bwd(s, g, dx_, inputs_, N, C, V);
-      else
+      else if (sp_) {  // every token's gradient: gathered from the rows
+        sp_all_gather(s, dfull_, dx_);
+        ops.embedding_part_bwd(s, g, dfull_, inputs_, N, C, V, tp.vocab_begin, tp.vocab_rows);
+      } else {
         ops.embedding_part_bwd(s, g, dx_, inputs_, N, C, V, tp.vocab_begin, tp.vocab_rows);
+      }
       return;
   }
 }

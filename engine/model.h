@@ -86,21 +86,28 @@ int loss_chunk_rows(const ModelConfig& cfg, int B, int T, int tp);
 
 // Device memory the runner allocates for a micro-batch of B × T tokens (tp rank 0's share,
 // the largest).
-uint64_t activation_bytes(const ModelConfig& cfg, int B, int T, bool checkpointing, int tp = 1);
+uint64_t activation_bytes(const ModelConfig& cfg, int B, int T, bool checkpointing, int tp = 1,
+                          bool sequence_parallel = false);
 // The logits part of it: (loss chunk, vocabulary rows) f32.
 uint64_t logits_bytes(const ModelConfig& cfg, int B, int T, int tp = 1);
 
-// The communicators of tensor parallelism the runner uses (null with tp = 1).
-struct TpComms {
+// How the runner does tensor parallelism: its communicators (null with tp = 1) and whether
+// the sequence is sharded too.
+struct TpOptions {
   Communicator* tp = nullptr;  // the tp group
   Communicator* kv = nullptr;  // the ranks sharing this rank's kv head (kv_replicas > 1)
+  // Megatron's sequence parallelism: the residual stream, norms and residual adds hold 1/tp of
+  // the tokens (rows [index·N/tp, (index+1)·N/tp) of the micro-batch); an all-gather before
+  // each column-parallel linear and a reduce-scatter after each row-parallel one replace the
+  // all-reduces; norm weight gradients are summed over the tp group.
+  bool sequence_parallel = false;
 };
 
 class ModelRunner {
  public:
   // max_heads: how many head forwards (micro-batches) may run between reset_loss() calls.
   ModelRunner(const LlamaModel& model, Device& device, int B, int T, bool checkpointing,
-              int max_heads = 1, TpComms comms = {});
+              int max_heads = 1, TpOptions tp_options = {});
   ~ModelRunner();
   ModelRunner(const ModelRunner&) = delete;
   ModelRunner& operator=(const ModelRunner&) = delete;
@@ -140,37 +147,48 @@ class ModelRunner {
                      float* x_out);
 
   void tp_all_reduce(Stream& s, float* buf, size_t count);
+  // Sequence parallelism: full (N, C) from every rank's (N/tp, C) rows, and the converse sum.
+  void sp_all_gather(Stream& s, float* full, const float* rows);
+  void sp_reduce_scatter(Stream& s, float* rows, const float* full);
+  // The tp group's sum of a norm weight's gradient (each rank saw 1/tp of the tokens).
+  void sp_sum_norm_grad(Stream& s, float* dw);
   void head_forward_parts(Stream& s, const float* w_head);
-  void head_backward_parts(Stream& s, const float* w_head, float* dw_head, float dloss);
+  void head_backward_parts(Stream& s, const float* w_head, float* dw_head, float dloss,
+                           float* dlnf);
 
   const LlamaModel& model_;
   Device& device_;
   int B_, T_;
   bool ckpt_;
-  TpComms comms_;
+  TpOptions comms_;
+  bool sp_ = false;                     // sequence parallelism in effect
+  int rows_ = 0;                        // tokens of the residual stream here: N, or N/tp with sp_
   int chunk_ = 0;                       // tokens per loss chunk
   bool whole_logits_ = true;            // tp = 1 and one chunk: the plain cross-entropy
   uint64_t tp_bytes_ = 0;
   std::vector<Buffer> buffers_;
   int32_t* inputs_ = nullptr;
   int32_t* targets_ = nullptr;
-  std::vector<float*> xs_;              // residual stream: xs_[l] is the input of block l
+  std::vector<float*> xs_;              // residual stream (rows, C): xs_[l] is block l's input
   std::vector<BlockActs> acts_;         // one per block, or one shared when checkpointing
-  float* lnf_ = nullptr;                // head: normed input (N, C)
-  float* rstdf_ = nullptr;              // (N)
+  float* lnf_ = nullptr;                // head: normed input (N, C), all tokens
+  float* rstdf_ = nullptr;              // (rows)
   float* logits_ = nullptr;             // (chunk, Vp); overwritten by dlogits in backward
   float* losses_ = nullptr;             // (N)
   float* ce_stats_ = nullptr;           // (N, 2) this rank's partial lse and target logit
   float* ce_stats_all_ = nullptr;       // (tp, N, 2) every rank's
   float* ce_lse_ = nullptr;             // (N) the full log-sum-exp
+  float* lnf_rows_ = nullptr;           // sp_: (rows, C) this rank's final-norm output
+  float* full_ = nullptr;               // sp_: (N, C) a gathered norm output or a partial sum
+  float* dfull_ = nullptr;              // sp_: (N, C) a gathered gradient or a partial sum
   double* loss_slots_ = nullptr;        // (max_heads)
   const float* rope_cos_ = nullptr;     // (T, D/2) rotary tables (kernels/rope_tables.h)
   const float* rope_sin_ = nullptr;     // (T, D/2)
   int max_heads_ = 1;
   int n_losses_ = 0;
   // backward scratch, shared by all blocks (the compute stream runs them one at a time)
-  float* dx_ = nullptr;                 // (N, C): gradient flowing down the residual stream
-  float* dln_ = nullptr;                // (N, C)
+  float* dx_ = nullptr;                 // (rows, C): gradient flowing down the residual stream
+  float* dln_ = nullptr;                // (N, C) (its first rows only, with sp_)
   float* datt_ = nullptr;               // (N, H·D)
   float* dqkv_ = nullptr;               // (N, QKV)
   float* dgu_ = nullptr;                // (N, 2F)

@@ -93,7 +93,8 @@ MemoryPlan plan_memory(const Config& c, int dp, const PlanMachine& machine) {
     if (dp > 1) row(Tier::device, "reduce-scatter result (1 shard)", mul(max_shard, 4));
   }
   const uint64_t acts = activation_bytes(c.model, c.data.micro_batch, c.data.seq_len,
-                                         c.zero.activation_checkpointing, tp);
+                                         c.zero.activation_checkpointing, tp,
+                                         c.parallel.sequence_parallel);
   const uint64_t logits = logits_bytes(c.model, c.data.micro_batch, c.data.seq_len, tp);
   row(Tier::device, "activations (one micro-batch)", acts - logits);
   row(Tier::device,

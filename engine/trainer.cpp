@@ -229,7 +229,7 @@ struct Trainer::Impl {
     model = std::make_unique<LlamaModel>(cfg.model, dp, mesh.tp, mesh.tp_index);
     runner = std::make_unique<ModelRunner>(*model, *device, cfg.data.micro_batch, cfg.data.seq_len,
                                            cfg.zero.activation_checkpointing, cfg.train.grad_accum,
-                                           TpComms{tpc, kvc});
+                                           TpOptions{tpc, kvc, cfg.parallel.sequence_parallel});
     ZeroOptions zo = zero_options(cfg);
     zo.adam_isa = opt.adam_isa;
     zo.io_faults = opt.io_faults;

@@ -255,10 +255,54 @@ TEST(TensorParallel, CommunicationBytesFollowTheLayout) {
   }
 }
 
+TEST(TensorParallel, Tp2SequenceParallelReproducesOneRank) {
+  if (!world_is(2)) GTEST_SKIP() << "needs mpirun -np 2";
+  Config c = base();
+  c.parallel.sequence_parallel = true;
+  expect_layout_reproduces(c, 2, "tp 2, sequence parallel");
+  c.model.tie_embeddings = true;
+  c.zero.activation_checkpointing = true;
+  c.train.grad_accum = 2;
+  expect_layout_reproduces(c, 2, "tp 2, sequence parallel, tied, checkpointing, accum 2");
+}
+
+// Sequence parallelism: the all-reduces become reduce-scatters (embedding, attention and MLP
+// outputs, d(lnf) and the column-parallel input gradients) and all-gathers (norm outputs before
+// the column-parallel linears, the gradient before the row-parallel ones, the final norm and
+// the embedding's gradient), each counted at the (N, C) buffer it fills or reads; backward
+// gathers the norm outputs again for the weight gradients (+2 per block), and the norm weights'
+// gradients are summed over the tp group.
+TEST(TensorParallel, SequenceParallelCommunicationBytesFollowTheLayout) {
+  if (!world_is(2) && !world_is(4)) GTEST_SKIP() << "needs mpirun -np 2 or 4";
+  for (bool ckpt : {false, true}) {
+    Config c = base();
+    const int tp = world().size();
+    c.parallel.tp = tp;
+    c.parallel.sequence_parallel = true;
+    c.train.steps = 2;
+    c.zero.activation_checkpointing = ckpt;
+    const RunResult r = train(c, world());
+    const uint64_t N = uint64_t(c.data.micro_batch) * c.data.seq_len, C = c.model.dim;
+    const uint64_t L = uint64_t(c.model.n_layers), act = N * C * 4;
+    const TpShard t = tp_shard(c.model, tp, world().rank());
+    const uint64_t kv = t.kv_replicas > 1 ? 2ull * t.kv_heads * c.model.head_dim() * C * 4 : 0;
+    const uint64_t per_micro = 4 * act                            // embedding, head: 2 + 2
+                               + L * (ckpt ? 14 : 10) * act        // blocks: 4 fwd, 6 bwd
+                               + uint64_t(tp) * N * 2 * 4          // loss parts
+                               + (2 * L + 1) * C * 4               // norm weight gradients
+                               + L * kv;
+    for (uint64_t b : r.tp_bytes) EXPECT_EQ(b, per_micro) << "ckpt " << ckpt;
+  }
+}
+
 TEST(TensorParallel, Tp4AndDp2Tp2ReproduceOneRank) {
   if (!world_is(4)) GTEST_SKIP() << "needs mpirun -np 4";
   expect_layout_reproduces(base(), 4, "tp 4 (kv heads replicated on 2 ranks)");
   expect_layout_reproduces(base(), 2, "dp 2 x tp 2");
+  Config c = base();
+  c.parallel.sequence_parallel = true;
+  expect_layout_reproduces(c, 4, "tp 4, sequence parallel");
+  expect_layout_reproduces(c, 2, "dp 2 x tp 2, sequence parallel");
 }
 
 TEST(TensorParallel, Tp8WithReplicatedKvHeadsReproducesOneRank) {
