@@ -23,6 +23,7 @@
 #include "core/error.h"
 #include "comm/comm_registry.h"
 #include "engine/model.h"
+#include "engine/safetensors.h"
 #include "engine/tensor_parallel.h"
 #include "engine/trainer.h"
 
@@ -69,9 +70,11 @@ struct RunResult {
   std::map<std::string, std::vector<float>> weights;
 };
 
-RunResult train(const Config& c, Communicator& comm) {
+RunResult train(const Config& c, Communicator& comm, const std::string& init_from = "",
+                const std::string& out = "") {
   RunResult r;
   TrainerOptions opt;
+  opt.init_from = init_from;
   opt.progress = false;
   opt.on_step = [&](const StepRecord& s) {
     r.grad_norms.push_back(s.grad_norm);
@@ -80,6 +83,7 @@ RunResult train(const Config& c, Communicator& comm) {
   Trainer t(c, comm, opt);
   r.losses = t.train().losses;
   for (const auto& n : t.parameter_names()) r.weights[n] = t.parameter(n);
+  if (!out.empty()) t.save(out);
   return r;
 }
 
@@ -210,6 +214,52 @@ TEST(TensorParallel, Tp2TiedAccumulationCheckpointingAndChunkedLoss) {
   c.model.loss_chunk = 12;  // 32 tokens in chunks of 12, 12, 8: logits recomputed in backward
   c.offload.params = Tier::host;
   expect_layout_reproduces(c, 2, "tp 2, tied, accum 2, checkpointing, loss chunks of 12");
+}
+
+TEST(TensorParallel, Tp2Bf16ReproducesOneRank) {
+  if (!world_is(2)) GTEST_SKIP() << "needs mpirun -np 2";
+  Config c = base();
+  c.train.precision = Precision::bf16;
+  c.parallel.tp = 2;
+  // bf16 compute copies: a summation-order difference may flip a rounding of a weight to bf16
+  // (2^-8 relative), as in test_zero's kRanksTolBf16.
+  expect_close(train(c, world()), train_one_rank(c, 1), 4e-3, "tp 2, bf16");
+}
+
+// --init-from reads each rank's slices of a Hugging Face checkpoint written by one rank, and
+// --out writes whole tensors again: the tp 2 run from the 1-rank run's export trains like the
+// 1-rank run from it, and its own export holds the same tensors as that run's weights.
+TEST(TensorParallel, Tp2InitFromAndOutUseWholeTensors) {
+  if (!world_is(2)) GTEST_SKIP() << "needs mpirun -np 2";
+  namespace fs = std::filesystem;
+  const std::string root = std::string(STRATA_TEST_WORK_DIR) + "/tp_io";
+  const std::string start = str(root, "/start_r", world().rank());  // the same model on each rank
+  const std::string out = root + "/tp2_out";
+  fs::remove_all(start);
+  fs::create_directories(start);
+  Config c = base();
+  c.train.steps = 3;
+  {
+    auto solo = make_solo_communicator();
+    TrainerOptions opt;
+    opt.progress = false;
+    Trainer t(c, *solo, opt);
+    t.train();
+    t.save(start);
+  }
+  const RunResult one = train(c, *make_solo_communicator(), start);
+  Config tp = c;
+  tp.parallel.tp = 2;
+  if (world().rank() == 0) fs::remove_all(out);
+  const RunResult two = train(tp, world(), start, out);
+  expect_close(two, one, kTol, "tp 2 from a 1-rank export");
+  SafetensorsReader reader(out);
+  for (const auto& [name, w] : one.weights) {
+    std::vector<float> got(w.size());
+    ASSERT_EQ(reader.info(name).numel(), int64_t(w.size())) << name;
+    reader.read_f32(name, got.data());
+    EXPECT_EQ(got, two.weights.at(name)) << name << ": --out writes the assembled tensor";
+  }
 }
 
 TEST(TensorParallel, Tp2OptimizerOnNvmeIsBitIdentical) {
