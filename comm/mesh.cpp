@@ -1,7 +1,13 @@
 // comm/mesh.cpp — make_mesh.
 #include "comm/mesh.h"
 
+#include <unistd.h>
+
+#include <cstring>
+#include <vector>
+
 #include "core/error.h"
+#include "kernels/device.h"
 
 namespace strata {
 
@@ -36,6 +42,20 @@ Mesh make_mesh(Communicator& world, int dp, int tp, int pp) {
   m.tp_comm->set_name("tp");
   m.pp_comm->set_name("pp");
   return m;
+}
+
+int ranks_on_this_node(Communicator& world, Stream& s) {
+  constexpr size_t kName = 256;  // HOST_NAME_MAX + 1 on Linux is 65; room for longer ones
+  std::vector<char> mine(kName, 0), all(kName * size_t(world.size()), 0);
+  if (gethostname(mine.data(), kName - 1) != 0)
+    fail("mesh::node", str("gethostname failed: ", std::strerror(errno)));
+  if (world.size() == 1) return 1;
+  world.all_gather(s, all.data(), mine.data(), kName, CommType::u8);
+  s.synchronize();
+  int n = 0;
+  for (int r = 0; r < world.size(); ++r)
+    n += std::memcmp(all.data() + size_t(r) * kName, mine.data(), kName) == 0;
+  return n;
 }
 
 }  // namespace strata

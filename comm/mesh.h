@@ -22,4 +22,9 @@ struct Mesh {
 // dp = 0 means world.size() / (tp · pp). Errors when the sizes do not multiply to the world.
 Mesh make_mesh(Communicator& world, int dp, int tp, int pp);
 
+// How many ranks of `world` run on this machine (same host name), this one included:
+// collective over world (an all-gather of host names enqueued on `s`, a stream of a CPU device,
+// which it synchronizes). What the plan's host-memory and NVMe checks multiply by.
+int ranks_on_this_node(Communicator& world, Stream& s);
+
 }  // namespace strata

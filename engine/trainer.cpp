@@ -209,7 +209,11 @@ struct Trainer::Impl {
     PlanMachine machine;
     machine.device_is_host_memory = device->kind() == DeviceKind::cpu;
     machine.device_capacity = device->memory().limit_bytes;
-    machine.ranks_here = world.size();
+    {  // the host-memory and NVMe checks count the ranks of this machine, not of the job
+      Device& cpu = host_device ? *host_device : *device;
+      auto node_stream = cpu.make_stream("ranks per node");
+      machine.ranks_here = ranks_on_this_node(world, *node_stream);
+    }
     MemoryPlan plan = plan_memory(cfg, dp, machine);
     if (!plan.fits()) {
       std::string failed;

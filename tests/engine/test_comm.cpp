@@ -173,3 +173,13 @@ TEST(Mesh, AxesPartitionTheWorld) {
   }
   EXPECT_THROW(make_mesh(*e.world, n + 1, 1, 1), Error);
 }
+
+// Every rank of these tests runs on this machine: the plan's host checks must count them all,
+// and no more (a multi-node job counts each node's ranks only — the names differ there).
+TEST(Mesh, RanksOnThisNodeCountsSameHostRanks) {
+  Env& e = env();
+  EXPECT_EQ(ranks_on_this_node(*e.world, *e.stream), e.world->size());
+  // A sub-communicator counts its own members only.
+  auto half = e.world->split(e.world->rank() % 2, e.world->rank());
+  EXPECT_EQ(ranks_on_this_node(*half, *e.stream), half->size());
+}
