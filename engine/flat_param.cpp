@@ -14,6 +14,34 @@ size_t ParamView::global_numel() const {
   return n;
 }
 
+std::vector<GlobalRuns> ParamView::global_runs(size_t begin, size_t end) const {
+  STRATA_CHECK(begin <= end && end <= numel, "flat_param::global_runs", "elements [", begin, ", ", end,
+               ") of ", name, " (", numel, ")");
+  std::vector<GlobalRuns> runs;
+  if (begin == end) return runs;
+  if (split_dim != 1 || shape[1] == global_shape[1]) {  // contiguous in the global tensor
+    runs.push_back(GlobalRuns{begin, global_index(begin), 1, 0, end - begin});
+    return runs;
+  }
+  const size_t cols = size_t(shape[1]), width = size_t(global_shape[1]);
+  const size_t r0 = begin / cols, c0 = begin % cols, r1 = end / cols, c1 = end % cols;
+  if (r0 == r1) {  // inside one row
+    runs.push_back(GlobalRuns{begin, global_index(begin), 1, 0, end - begin});
+    return runs;
+  }
+  size_t row = r0;
+  if (c0 > 0) {  // the rest of the first row
+    runs.push_back(GlobalRuns{begin, global_index(begin), 1, 0, cols - c0});
+    ++row;
+  }
+  if (row < r1) {  // whole rows
+    const size_t rows = r1 - row;
+    runs.push_back(GlobalRuns{row * cols, global_index(row * cols), rows, rows > 1 ? width : 0, cols});
+  }
+  if (c1 > 0) runs.push_back(GlobalRuns{r1 * cols, global_index(r1 * cols), 1, 0, c1});  // last row's start
+  return runs;
+}
+
 void FlatLayout::add(std::string name, std::vector<int64_t> shape, bool is_norm) {
   std::vector<int64_t> global = shape;
   add_slice(std::move(name), std::move(shape), std::move(global), -1, 0, true, is_norm);

@@ -17,6 +17,18 @@ namespace strata {
 // Shards start on 2048-element boundaries: 8 KiB in f32, 4 KiB in bf16 (O_DIRECT-aligned).
 inline constexpr size_t kShardAlignElems = 2048;
 
+// Local elements of a view in global coordinates: `rows` runs of `count` elements, the first
+// starting at global (row-major) index `start`, each next one `row_stride` elements after the
+// previous; they hold the local elements from `local` on, in order.
+struct GlobalRuns {
+  size_t local = 0;
+  size_t start = 0;
+  size_t rows = 1;
+  size_t row_stride = 0;  // 0 when rows == 1
+  size_t count = 0;
+  size_t numel() const { return rows * count; }
+};
+
 // A view is this rank's tensor-parallel slice of a global tensor: the whole tensor
 // (split_dim -1), a block of rows (0: column-parallel weights, vocabulary parts) or a block of
 // columns (1: row-parallel weights). Initialization, --init-from, --out and checkpoints address
@@ -44,6 +56,13 @@ struct ParamView {
     return i;
   }
   size_t global_numel() const;
+  // Local elements [begin, end) as global runs: one run (rows 1) for a whole view, a block of
+  // rows or a column slice as wide as the tensor; for a narrower column slice at most three —
+  // the rest of the first row, the whole rows (rows > 1), the start of the last row — e.g.
+  // columns [32, 64) of a (4, 64) tensor (local shape (4, 32)), local elements [16, 112):
+  // {local 16, start 48, count 16}, {local 32, start 96, rows 2, stride 64, count 32},
+  // {local 96, start 224, count 16}.
+  std::vector<GlobalRuns> global_runs(size_t begin, size_t end) const;
 };
 
 class FlatLayout {
