@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <queue>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -106,8 +107,13 @@ nlohmann::json CheckpointManifest::to_json() const {
   for (const auto& p : pieces) {
     auto it = index.find(p.tensor);
     STRATA_CHECK(it != index.end(), "checkpoint::manifest", "piece of unknown tensor ", p.tensor);
-    ts[it->second]["pieces"].push_back({{"state", checkpoint_state_name(p.state)}, {"file", p.file},
-                                        {"offset", p.offset}, {"start", p.start}, {"count", p.count}});
+    nlohmann::json jp = {{"state", checkpoint_state_name(p.state)}, {"file", p.file},
+                         {"offset", p.offset}, {"start", p.start}, {"count", p.count}};
+    if (p.rows > 1) {
+      jp["rows"] = p.rows;
+      jp["row_stride"] = p.row_stride;
+    }
+    ts[it->second]["pieces"].push_back(std::move(jp));
   }
   j["tensors"] = std::move(ts);
   nlohmann::json fs_ = nlohmann::json::array();
@@ -122,8 +128,8 @@ CheckpointManifest CheckpointManifest::from_json(const nlohmann::json& j, const 
     if (!j.is_object() || j.value("format", std::string()) != kFormat)
       bad_manifest(where, str("not a strata checkpoint manifest (\"format\" is not \"", kFormat, "\")"));
     m.version = j.at("version").get<int>();
-    if (m.version != kCheckpointVersion)
-      bad_manifest(where, str("format version ", m.version, "; this strata reads version ", kCheckpointVersion));
+    if (m.version < 1 || m.version > kCheckpointVersion)
+      bad_manifest(where, str("format version ", m.version, "; this strata reads versions 1 to ", kCheckpointVersion));
     m.strata_version = j.at("strata_version").get<std::string>();
     m.step = j.at("step").get<int64_t>();
     m.windows_consumed = j.at("windows_consumed").get<uint64_t>();
@@ -133,6 +139,13 @@ CheckpointManifest CheckpointManifest::from_json(const nlohmann::json& j, const 
     m.dp = mesh.at("dp").get<int>();
     m.tp = mesh.at("tp").get<int>();
     m.pp = mesh.at("pp").get<int>();
+    if (m.world < 1 || m.dp < 1 || m.tp < 1 || m.pp < 1 || int64_t(m.dp) * m.tp * m.pp != m.world)
+      bad_manifest(where, str("mesh world ", m.world, " is not dp ", m.dp, " x tp ", m.tp, " x pp ", m.pp));
+    // Version 1 stored each rank's tensor-parallel slice in local coordinates: with tp > 1 its
+    // pieces do not describe the tensors.
+    if (m.version == 1 && m.tp > 1)
+      bad_manifest(where, str("format version 1 with tp ", m.tp, ": written before tensor-parallel "
+                              "checkpoints stored global coordinates, its pieces are wrong"));
     m.config = j.at("config");
     m.config_toml = j.at("config_toml").get<std::string>();
     if (m.step < 0) bad_manifest(where, str("step ", m.step, " is negative"));
@@ -172,13 +185,29 @@ CheckpointManifest CheckpointManifest::from_json(const nlohmann::json& j, const 
         cp.offset = p.at("offset").get<uint64_t>();
         cp.start = p.at("start").get<uint64_t>();
         cp.count = p.at("count").get<uint64_t>();
+        if (p.contains("rows") || p.contains("row_stride")) {
+          if (m.version < 2)
+            bad_manifest(where, str("tensor '", ct.name, "': a 2-D piece (rows, row_stride) in format version ", m.version));
+          cp.rows = p.at("rows").get<uint64_t>();
+          cp.row_stride = cp.rows > 1 ? p.at("row_stride").get<uint64_t>() : 0;
+        }
+        const std::string what = cp.rows > 1 ? str(cp.rows, " rows of [", cp.start, ", +", cp.count, ") every ",
+                                                   cp.row_stride, " elements")
+                                             : str("[", cp.start, ", +", cp.count, ")");
         auto f = file_bytes.find(cp.file);
         if (f == file_bytes.end())
           bad_manifest(where, str("tensor '", ct.name, "': piece in unlisted file '", cp.file, "'"));
+        if (cp.rows == 0)
+          bad_manifest(where, str("tensor '", ct.name, "': piece [", cp.start, ", +", cp.count, ") has 0 rows"));
+        if (cp.rows > 1 && cp.row_stride < cp.count)
+          bad_manifest(where, str("tensor '", ct.name, "': piece of ", what, ": row_stride ", cp.row_stride,
+                                  " is less than count ", cp.count, " (its rows would overlap)"));
+        // The last run ends inside the tensor; the rows × count values lie inside the file.
         if (cp.count == 0 || cp.start > numel || cp.count > numel - cp.start ||
-            cp.offset > f->second || cp.count > (f->second - cp.offset) / 4)
-          bad_manifest(where, str("tensor '", ct.name, "': piece [", cp.start, ", +", cp.count,
-                                  ") at offset ", cp.offset, " of '", cp.file, "' lies outside the tensor or the file"));
+            (cp.rows > 1 && cp.rows - 1 > (numel - cp.start - cp.count) / cp.row_stride) ||
+            cp.offset > f->second || cp.count > (f->second - cp.offset) / 4 / cp.rows)
+          bad_manifest(where, str("tensor '", ct.name, "': piece of ", what, " at offset ", cp.offset,
+                                  " of '", cp.file, "' lies outside the tensor or the file"));
         m.pieces.push_back(cp);
       }
       m.tensors.push_back(std::move(ct));
@@ -186,19 +215,35 @@ CheckpointManifest CheckpointManifest::from_json(const nlohmann::json& j, const 
   } catch (const nlohmann::json::exception& e) {
     bad_manifest(where, str("malformed: ", e.what()));
   }
-  // Every element of every tensor's every state is covered exactly once.
-  std::map<std::pair<std::string, int>, std::vector<std::pair<uint64_t, uint64_t>>> cover;
-  for (const auto& p : m.pieces) cover[{p.tensor, p.state}].push_back({p.start, p.count});
+  // Every element of every tensor's every state is covered exactly once: the runs of the
+  // pieces of one (tensor, state), taken in order of their start (a heap holding each piece's
+  // next run: O(runs · log pieces), memory O(pieces)), follow one another without a gap or an
+  // overlap.
+  std::map<std::pair<std::string, int>, std::vector<const CheckpointPiece*>> cover;
+  for (const auto& p : m.pieces) cover[{p.tensor, p.state}].push_back(&p);
+  struct Run {
+    uint64_t start;
+    const CheckpointPiece* piece;
+    uint64_t row;
+    bool operator>(const Run& o) const { return start > o.start; }
+  };
   for (const auto& t : m.tensors)
     for (int s = 0; s < kCheckpointStates; ++s) {
-      auto& v = cover[{t.name, s}];
-      std::sort(v.begin(), v.end());
+      std::vector<Run> heap;
+      for (const CheckpointPiece* p : cover[{t.name, s}]) heap.push_back(Run{p->start, p, 0});
+      std::priority_queue<Run, std::vector<Run>, std::greater<Run>> runs(std::greater<Run>(), std::move(heap));
       uint64_t at = 0;
-      for (auto [start, count] : v) {
-        if (start != at)
+      while (!runs.empty()) {
+        Run r = runs.top();
+        runs.pop();
+        if (r.start != at)
           bad_manifest(where, str("tensor '", t.name, "' state ", checkpoint_state_name(s), ": elements from ",
-                                  std::min(start, at), " are ", start > at ? "missing" : "stored twice"));
-        at = start + count;
+                                  std::min(r.start, at), " are ", r.start > at ? "missing" : "stored twice"));
+        at = r.start + r.piece->count;
+        if (++r.row < r.piece->rows) {
+          r.start += r.piece->row_stride;
+          runs.push(r);
+        }
       }
       if (at != t.numel())
         bad_manifest(where, str("tensor '", t.name, "' state ", checkpoint_state_name(s), ": ",
@@ -215,38 +260,44 @@ std::string checkpoint_rank_file(int rank) {
   return buf;
 }
 
-std::vector<CheckpointBlock> checkpoint_blocks(const LlamaModel& model, int rank) {
+std::vector<CheckpointBlock> checkpoint_blocks(const LlamaModel& model, int dp_rank) {
   std::vector<CheckpointBlock> blocks;
   uint64_t at = 0;
   for (int u = 0; u < model.num_units(); ++u) {
     const FlatLayout& L = model.unit(u).layout;
     const uint64_t n = L.shard_numel();
     for (int s = 0; s < kCheckpointStates; ++s) {
-      blocks.push_back(CheckpointBlock{u, s, at, uint64_t(rank) * n, n});
+      blocks.push_back(CheckpointBlock{u, s, at, uint64_t(dp_rank) * n, n});
       at += n * 4;  // a multiple of 8 KiB: shards are multiples of kShardAlignElems
     }
   }
   return blocks;
 }
 
-uint64_t checkpoint_file_bytes(const LlamaModel& model, int rank) {
+uint64_t checkpoint_file_bytes(const LlamaModel& model, int dp_rank) {
   uint64_t b = 0;
-  for (const auto& blk : checkpoint_blocks(model, rank)) b += blk.shard_numel * 4;
+  for (const auto& blk : checkpoint_blocks(model, dp_rank)) b += blk.shard_numel * 4;
   return b;
 }
 
-std::vector<CheckpointPiece> checkpoint_pieces(const LlamaModel& model, int dp) {
+std::vector<CheckpointPiece> checkpoint_pieces(const ModelConfig& config, int dp, int tp) {
   std::vector<CheckpointPiece> pieces;
-  for (int r = 0; r < dp; ++r) {
-    const std::string file = checkpoint_rank_file(r);
-    for (const auto& blk : checkpoint_blocks(model, r)) {
-      const FlatLayout& L = model.unit(blk.unit).layout;
-      const uint64_t lo = blk.shard_begin, hi = blk.shard_begin + blk.shard_numel;
-      for (const auto& v : L.views()) {
-        const uint64_t a = std::max<uint64_t>(lo, v.offset), b = std::min<uint64_t>(hi, v.offset + v.numel);
-        if (a >= b) continue;
-        pieces.push_back(CheckpointPiece{v.name, blk.state, file, blk.file_offset + (a - lo) * 4,
-                                         a - v.offset, b - a});
+  for (int t = 0; t < tp; ++t) {
+    const LlamaModel model(config, dp, tp, t);
+    for (int d = 0; d < dp; ++d) {
+      const std::string file = checkpoint_rank_file(d * tp + t);  // tp fastest (comm/mesh.h)
+      for (const auto& blk : checkpoint_blocks(model, d)) {
+        const FlatLayout& L = model.unit(blk.unit).layout;
+        const uint64_t lo = blk.shard_begin, hi = blk.shard_begin + blk.shard_numel;
+        for (const auto& v : L.views()) {
+          if (!v.primary) continue;  // a replica: its primary's pieces hold the same elements
+          const uint64_t a = std::max<uint64_t>(lo, v.offset), b = std::min<uint64_t>(hi, v.offset + v.numel);
+          if (a >= b) continue;
+          for (const GlobalRuns& r : v.global_runs(a - v.offset, b - v.offset))
+            pieces.push_back(CheckpointPiece{v.name, blk.state, file,
+                                             blk.file_offset + (v.offset + r.local - lo) * 4, r.start,
+                                             r.count, r.rows, r.row_stride});
+        }
       }
     }
   }
@@ -256,7 +307,7 @@ std::vector<CheckpointPiece> checkpoint_pieces(const LlamaModel& model, int dp) 
 std::vector<CheckpointTensor> checkpoint_tensors(const LlamaModel& model) {
   std::vector<CheckpointTensor> out;
   for (const auto& u : model.units())
-    for (const auto& v : u.layout.views()) out.push_back(CheckpointTensor{v.name, v.shape});
+    for (const auto& v : u.layout.views()) out.push_back(CheckpointTensor{v.name, v.global_shape});
   return out;
 }
 
@@ -415,9 +466,19 @@ void verify_checkpoint_files(const std::string& step_dir, const CheckpointManife
 CheckpointReader::CheckpointReader(std::string step_dir, const CheckpointManifest& manifest)
     : dir_(std::move(step_dir)), manifest_(manifest) {
   for (size_t i = 0; i < manifest_.tensors.size(); ++i) tensors_[manifest_.tensors[i].name] = i;
-  for (const auto& p : manifest_.pieces) pieces_[{p.tensor, p.state}].push_back(&p);
-  for (auto& [key, v] : pieces_)
-    std::sort(v.begin(), v.end(), [](const CheckpointPiece* a, const CheckpointPiece* b) { return a->start < b->start; });
+  index_.resize(manifest_.tensors.size() * kCheckpointStates);
+  for (const auto& p : manifest_.pieces) {
+    auto it = tensors_.find(p.tensor);
+    STRATA_CHECK(it != tensors_.end() && p.state >= 0 && p.state < kCheckpointStates, "checkpoint::read",
+                 "piece of unknown tensor ", p.tensor);
+    index_[it->second * kCheckpointStates + size_t(p.state)].pieces.push_back(&p);
+  }
+  for (Index& ix : index_) {
+    std::sort(ix.pieces.begin(), ix.pieces.end(),
+              [](const CheckpointPiece* a, const CheckpointPiece* b) { return a->start < b->start; });
+    uint64_t reach = 0;
+    for (const CheckpointPiece* p : ix.pieces) ix.reach.push_back(reach = std::max(reach, p->end()));
+  }
 }
 
 CheckpointReader::~CheckpointReader() {
@@ -442,40 +503,82 @@ int CheckpointReader::fd(const std::string& file) {
   return f;
 }
 
+void CheckpointReader::pread_all(const CheckpointPiece& p, void* dst, uint64_t bytes, uint64_t offset) {
+  const int f = fd(p.file);
+  char* d = static_cast<char*>(dst);
+  while (bytes > 0) {
+    ssize_t r = ::pread(f, d, bytes, off_t(offset));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0)
+      fail("checkpoint::read", str("read of ", bytes, " bytes at offset ", offset, " of '", dir_, "/", p.file,
+                                   "' failed: ", r < 0 ? std::strerror(errno) : "end of file"));
+    d += r;
+    bytes -= uint64_t(r);
+    offset += uint64_t(r);
+  }
+}
+
+uint64_t CheckpointReader::read_piece(const CheckpointPiece& p, uint64_t a, uint64_t b, float* out) {
+  if (p.rows == 1) {
+    const uint64_t lo = std::max(a, p.start), hi = std::min(b, p.start + p.count);
+    if (lo >= hi) return 0;
+    pread_all(p, out + (lo - a), (hi - lo) * 4, p.offset + (lo - p.start) * 4);
+    return hi - lo;
+  }
+  // Runs i with start + i·stride < b and start + i·stride + count > a.
+  const uint64_t S = p.row_stride;
+  if (b <= p.start) return 0;
+  const uint64_t first = a >= p.start + p.count ? (a - p.start - p.count) / S + 1 : 0;
+  const uint64_t last = std::min(p.rows - 1, (b - 1 - p.start) / S);
+  if (first > last) return 0;
+  uint64_t got = 0;
+  auto overlap = [&](uint64_t i, uint64_t& lo, uint64_t& hi) {
+    const uint64_t s = p.start + i * S;
+    lo = std::max(a, s);
+    hi = std::min(b, s + p.count);
+    return lo < hi;
+  };
+  if (first == last) {  // one run (a row-by-row reader): straight into out
+    uint64_t lo, hi;
+    if (!overlap(first, lo, hi)) return 0;
+    pread_all(p, out + (lo - a), (hi - lo) * 4, p.offset + (first * p.count + (lo - p.start - first * S)) * 4);
+    return hi - lo;
+  }
+  // Several runs: they are consecutive in the file; read up to 8 MiB of them at a time.
+  const uint64_t batch = std::max<uint64_t>(1, (uint64_t(2) << 20) / p.count);
+  for (uint64_t i0 = first; i0 <= last; i0 += batch) {
+    const uint64_t n = std::min(batch, last - i0 + 1);
+    scratch_.resize(size_t(n * p.count));
+    pread_all(p, scratch_.data(), n * p.count * 4, p.offset + i0 * p.count * 4);
+    for (uint64_t i = i0; i < i0 + n; ++i) {
+      uint64_t lo, hi;
+      if (!overlap(i, lo, hi)) continue;
+      const float* src = scratch_.data() + (i - i0) * p.count + (lo - p.start - i * S);
+      std::memcpy(out + (lo - a), src, (hi - lo) * 4);
+      got += hi - lo;
+    }
+  }
+  return got;
+}
+
 void CheckpointReader::read(const std::string& name, int state, uint64_t start, uint64_t count, float* out) {
   const CheckpointTensor& t = tensor(name);
-  if (start > t.numel() || count > t.numel() - start)
-    fail("checkpoint::read", str("elements [", start, ", +", count, ") of '", name, "' are outside its ",
-                                 t.numel()));
-  const auto& v = pieces_[{name, state}];
-  uint64_t at = start;
+  if (start > t.numel() || count > t.numel() - start || state < 0 || state >= kCheckpointStates)
+    fail("checkpoint::read", str("elements [", start, ", +", count, ") of '", name, "' (state ", state,
+                                 ") are outside its ", t.numel()));
+  if (count == 0) return;
+  const Index& ix = index_[tensors_.at(name) * kCheckpointStates + size_t(state)];
   const uint64_t end = start + count;
-  auto it = std::upper_bound(v.begin(), v.end(), at,
-                             [](uint64_t x, const CheckpointPiece* p) { return x < p->start; });
-  if (it != v.begin()) --it;
-  for (; at < end && it != v.end(); ++it) {
-    const CheckpointPiece& p = **it;
-    if (p.start + p.count <= at) continue;
-    if (p.start > at) break;
-    const uint64_t n = std::min(end, p.start + p.count) - at;
-    char* dst = reinterpret_cast<char*>(out + (at - start));
-    uint64_t left = n * 4, off = p.offset + (at - p.start) * 4;
-    const int f = fd(p.file);
-    while (left > 0) {
-      ssize_t r = ::pread(f, dst, left, off_t(off));
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0)
-        fail("checkpoint::read", str("read of ", left, " bytes at offset ", off, " of '", dir_, "/",
-                                     p.file, "' failed: ", r < 0 ? std::strerror(errno) : "end of file"));
-      dst += r;
-      left -= uint64_t(r);
-      off += uint64_t(r);
-    }
-    at += n;
-  }
-  if (at != end)
-    fail("checkpoint::read", str("elements from ", at, " of '", name, "' (", checkpoint_state_name(state),
-                                 ") are in no piece of the manifest"));
+  // The pieces starting before `end`, back to the last one whose prefix reach passes `start`
+  // (the manifest was validated: pieces do not overlap, so the counts add up).
+  size_t i = size_t(std::upper_bound(ix.pieces.begin(), ix.pieces.end(), end - 1,
+                                     [](uint64_t x, const CheckpointPiece* p) { return x < p->start; }) -
+                    ix.pieces.begin());
+  uint64_t got = 0;
+  for (; i > 0 && ix.reach[i - 1] > start; --i) got += read_piece(*ix.pieces[i - 1], start, end, out);
+  if (got != count)
+    fail("checkpoint::read", str(count - got, " of elements [", start, ", +", count, ") of '", name, "' (",
+                                 checkpoint_state_name(state), ") are in no piece of the manifest"));
 }
 
 void export_checkpoint(const std::string& step_dir, const CheckpointManifest& manifest,

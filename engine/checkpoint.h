@@ -1,9 +1,10 @@
 // engine/checkpoint.h — strata's checkpoint format and its commit protocol (docs/checkpoint.md).
 //
-// A checkpoint is a folder ROOT/step_N holding one data file per rank (rank_00000.bin, ...)
-// and manifest.json, written last. Tensors are stored by Hugging Face name and global element
-// ranges of the row-major tensor ("pieces"), so the format does not depend on the mesh: any
-// number of ranks can load it, each reading the ranges it owns. The manifest lists every file
+// A checkpoint is a folder ROOT/step_N holding one data file per world rank (rank_00000.bin,
+// ...) and manifest.json, written last. Tensors are stored by Hugging Face name and global
+// element ranges of the row-major tensor ("pieces"; a column slice of tensor parallelism is a
+// 2-D piece: rows of a few columns each), so the format does not depend on the mesh: any mesh
+// (dp × tp) can load it, each rank reading the ranges it holds. The manifest lists every file
 // with its size and xxHash64. Commit: write into step_N.tmp/, fsync each file, write and fsync
 // the manifest, fsync the folder, rename it to step_N/, fsync ROOT, then atomically replace
 // ROOT/latest. This file does no device or engine work; the ZeRO engine fills the files and
@@ -24,12 +25,17 @@ class LlamaModel;
 struct ModelConfig;
 enum class DType : uint8_t;
 
-inline constexpr int kCheckpointVersion = 1;
+// Version 2: 2-D pieces (rows, row_stride), files per world rank, tensor parallelism. Version 1
+// (no 2-D pieces, written before tensor-parallel checkpoints) is still read.
+inline constexpr int kCheckpointVersion = 2;
 inline constexpr int kCheckpointStates = 3;  // master, m, v (f32 each)
 const char* checkpoint_state_name(int state);  // "master", "m", "v"
 
-// Elements [start, start + count) of tensor `tensor`'s state `state`, row-major, stored as f32
-// at byte `offset` of `file`.
+// `rows` runs of `count` elements of tensor `tensor`'s state `state` (row-major flat indices):
+// run i holds elements [start + i·row_stride, start + i·row_stride + count). The runs are
+// stored one after another as rows × count f32 at byte `offset` of `file`. rows = 1 is the
+// plain range [start, start + count); rows > 1 (a column slice: a few columns of many rows)
+// needs row_stride ≥ count.
 struct CheckpointPiece {
   std::string tensor;
   int state = 0;
@@ -37,6 +43,11 @@ struct CheckpointPiece {
   uint64_t offset = 0;
   uint64_t start = 0;
   uint64_t count = 0;
+  uint64_t rows = 1;
+  uint64_t row_stride = 0;  // 0 when rows == 1
+  uint64_t numel() const { return rows * count; }
+  // One past the last element it holds.
+  uint64_t end() const { return start + (rows - 1) * row_stride + count; }
 };
 
 struct CheckpointFile {
@@ -82,11 +93,18 @@ struct CheckpointBlock {
   uint64_t shard_begin = 0;
   uint64_t shard_numel = 0;
 };
-std::string checkpoint_rank_file(int rank);  // "rank_00003.bin"
-std::vector<CheckpointBlock> checkpoint_blocks(const LlamaModel& model, int rank);
-uint64_t checkpoint_file_bytes(const LlamaModel& model, int rank);
-// Every tensor's pieces, for all `dp` ranks of a model laid out for dp (the manifest's table).
-std::vector<CheckpointPiece> checkpoint_pieces(const LlamaModel& model, int dp);
+// The file of world rank `rank` ("rank_00003.bin"); world rank = dp_index · tp + tp_index
+// (comm/mesh.h, pp = 1).
+std::string checkpoint_rank_file(int rank);
+// The blocks of the rank with data-parallel index `dp_rank` (its tp slice is `model`'s).
+std::vector<CheckpointBlock> checkpoint_blocks(const LlamaModel& model, int dp_rank);
+uint64_t checkpoint_file_bytes(const LlamaModel& model, int dp_rank);
+// Every tensor's pieces for the mesh dp × tp (the manifest's table): the blocks of every rank,
+// each tp rank's layout built from `config`, in global coordinates. Only primary views are
+// stored (a replica — norm weights on every tp rank, a kv head on several — is read back from
+// its primary's piece); a column slice's fragment of a block is at most three pieces.
+std::vector<CheckpointPiece> checkpoint_pieces(const ModelConfig& config, int dp, int tp);
+// Every tensor by name and global shape.
 std::vector<CheckpointTensor> checkpoint_tensors(const LlamaModel& model);
 
 // ---- folders ----
@@ -131,16 +149,29 @@ class CheckpointReader {
   CheckpointReader& operator=(const CheckpointReader&) = delete;
 
   const CheckpointTensor& tensor(const std::string& name) const;  // Error when absent
-  // out[0, count) = elements [start, start + count) of the tensor's state.
+  // out[0, count) = elements [start, start + count) of the tensor's state. Finds the pieces in
+  // O(log pieces + pieces whose span [start, end()) meets the range); a 2-D piece's runs are
+  // read with one pread per run it shares with the range, or per 8 MiB of consecutive runs.
   void read(const std::string& tensor, int state, uint64_t start, uint64_t count, float* out);
 
  private:
+  // One (tensor, state): its pieces sorted by start, and reach[i], the largest end() of
+  // pieces[0..i] (2-D pieces' spans overlap: a range's pieces are the ones before it whose
+  // reach passes its start).
+  struct Index {
+    std::vector<const CheckpointPiece*> pieces;
+    std::vector<uint64_t> reach;
+  };
   int fd(const std::string& file);
+  void pread_all(const CheckpointPiece& p, void* dst, uint64_t bytes, uint64_t offset);
+  // Copies what piece p holds of elements [a, b) into out (out[0] is element a); returns how many.
+  uint64_t read_piece(const CheckpointPiece& p, uint64_t a, uint64_t b, float* out);
   std::string dir_;
   const CheckpointManifest& manifest_;
-  std::map<std::string, size_t> tensors_;                                   // name → index
-  std::map<std::pair<std::string, int>, std::vector<const CheckpointPiece*>> pieces_;  // sorted
+  std::map<std::string, size_t> tensors_;  // name → index
+  std::vector<Index> index_;               // tensor index · kCheckpointStates + state
   std::map<std::string, int> fds_;
+  std::vector<float> scratch_;             // consecutive runs of a 2-D piece
 };
 
 // Writes the checkpoint's master weights as Hugging Face safetensors + config.json in out_dir

@@ -68,7 +68,9 @@ struct CheckpointStats {
 
 class CheckpointWriter {
  public:
-  // comm: a communicator of every rank (the writer's own: its collectives run on its thread).
+  // comm: a communicator of every rank, ranked as the world (the writer's own: its collectives
+  // run on its thread); rank r writes rank_r.bin, the file the manifest's pieces name for world
+  // rank r.
   CheckpointWriter(Communicator& comm, CheckpointWriterOptions options);
   ~CheckpointWriter();  // waits for a save in progress; its error is logged
   CheckpointWriter(const CheckpointWriter&) = delete;

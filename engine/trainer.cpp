@@ -123,6 +123,7 @@ struct Trainer::Impl {
   CheckpointManifest resume_manifest;
   std::unique_ptr<Communicator> ckpt_comm;
   std::unique_ptr<CheckpointWriter> writer;
+  std::vector<CheckpointPiece> ckpt_pieces;  // rank 0: the manifest's pieces, built at the first save
 
   Impl(const Config& c, Communicator& w, TrainerOptions o) : cfg(c), opt(std::move(o)), world(w) {
     validate(cfg);
@@ -437,7 +438,12 @@ struct Trainer::Impl {
     m.config = config_to_json(cfg);
     m.config_toml = config_to_toml(cfg);
     m.tensors = checkpoint_tensors(*model);
-    if (world.rank() == 0) m.pieces = checkpoint_pieces(*model, dp);
+    // Rank 0 lists every rank's pieces (the same table for every save of the run); each rank
+    // writes its own blocks into the file of its world rank (the writer's communicator).
+    if (world.rank() == 0) {
+      if (ckpt_pieces.empty()) ckpt_pieces = checkpoint_pieces(model->config(), dp, mesh.tp);
+      m.pieces = ckpt_pieces;
+    }
     CheckpointSource& source = zero->checkpoint_source();
     writer->start(std::move(m), checkpoint_blocks(*model, rank), source);
     if (!cfg.checkpoint.async) writer->wait();
@@ -466,7 +472,7 @@ struct Trainer::Impl {
     windows_done = m.windows_consumed;
     if (world.rank() == 0)
       log_info("checkpoint", "resuming from ", resume_dir, " (step ", m.step, ", written by ", m.world,
-               " rank(s)); training continues to step ", cfg.train.steps);
+               " rank(s): dp ", m.dp, " x tp ", m.tp, "); training continues to step ", cfg.train.steps);
   }
 
   bool logged_step(const StepRecord& r) const {

@@ -1,5 +1,6 @@
 // engine/zero_checkpoint.cpp — the ZeRO engine's side of checkpoints: the blocks a save reads
-// (from memory, a snapshot or NVMe) and loading a checkpoint of any mesh into this rank's shards.
+// (from memory, a snapshot or NVMe) and loading a checkpoint of any mesh into this rank's shards
+// (its tensor-parallel slice of each tensor, read in global coordinates).
 #include <algorithm>
 #include <cstring>
 
@@ -66,16 +67,16 @@ CheckpointSource& ZeroEngine::checkpoint_source() {
 }
 
 void ZeroEngine::load_checkpoint(const std::string& step_dir, const CheckpointManifest& manifest) {
-  // The model's tensors, by name and shape, are exactly the checkpoint's.
+  // The model's tensors, by name and global shape, are exactly the checkpoint's.
   size_t views = 0;
   CheckpointReader reader(step_dir, manifest);
   for (const auto& unit : model_.units())
     for (const auto& v : unit.layout.views()) {
       ++views;
       const CheckpointTensor& t = reader.tensor(v.name);
-      if (t.shape != v.shape) {
+      if (t.shape != v.global_shape) {
         std::string want, got;
-        for (auto d : v.shape) want += str(want.empty() ? "" : ", ", d);
+        for (auto d : v.global_shape) want += str(want.empty() ? "" : ", ", d);
         for (auto d : t.shape) got += str(got.empty() ? "" : ", ", d);
         fail("zero::load_checkpoint",
              str("tensor '", v.name, "' has shape [", got, "] in the checkpoint but the model needs [", want, "]"),
@@ -105,10 +106,17 @@ void ZeroEngine::load_checkpoint(const std::string& step_dir, const CheckpointMa
         const size_t cnt = std::min(kChunk, n - lo);
         values.assign(cnt, 0.0f);  // padding past the last tensor stays zero
         const size_t a = base + lo, b = base + lo + cnt;
+        // Each view's local elements [x, y) in global coordinates: one range for a whole view
+        // or a row slice, a column slice row by row. Replicas (norm weights, shared kv heads)
+        // read the same ranges as their primary.
         for (const auto& v : L.views()) {
           const size_t x = std::max(a, v.offset), y = std::min(b, v.offset + v.numel);
           if (x >= y) continue;
-          reader.read(v.name, k, x - v.offset, y - x, values.data() + (x - a));
+          for (const GlobalRuns& r : v.global_runs(x - v.offset, y - v.offset)) {
+            float* dst = values.data() + (v.offset + r.local - a);
+            for (size_t i = 0; i < r.rows; ++i)
+              reader.read(v.name, k, r.start + i * r.row_stride, r.count, dst + i * r.count);
+          }
         }
         if (k == 0) write_master_values(s, lo, cnt, values.data());
         else write_shard(*states[k], 4, lo, cnt, values.data());

@@ -4,7 +4,12 @@
 // ranks resumes on 4 and on 1 with the same global batch, under mpirun -np 4); what a checkpoint
 // holds (manifest, pieces, checksums); a damaged file refused naming both hashes; async and sync
 // saves alike; export to Hugging Face safetensors; an I/O error while saving ends the run and
-// leaves the previous checkpoint as it was.
+// leaves the previous checkpoint as it was. Tensor parallelism: the 2-D pieces of the format
+// (round trip, a bad one refused), every dp × tp layout's pieces tiling each tensor once and
+// reading back into any other layout (plainly, from files written by hand); tp 2 (2 ranks),
+// dp 2 x tp 2 and tp 4 (4 ranks) resuming bit-exactly; tp 2 → tp 1, tp 1 → tp 2, dp 2 x tp 2 →
+// tp 4 and → tp 1 resharding within 1e-5 (the loaded weights themselves bit-exact); export of a
+// tp 2 checkpoint writing whole tensors.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,13 +17,17 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <tuple>
 
 #include "core/error.h"
 #include "engine/checkpoint.h"
 #include "comm/comm_registry.h"
+#include "engine/model.h"
 #include "engine/safetensors.h"
 #include "engine/trainer.h"
 #include "kernels/device.h"
+#include "tests/engine/test_util.h"
 
 using namespace strata;
 namespace fs = std::filesystem;
@@ -116,7 +125,202 @@ void expect_bit_exact_resume(Config c, const std::string& name) {
   EXPECT_TRUE(b.weights == straight.weights) << "final weights differ after resume";
 }
 
+// The GQA model of tests/engine/test_tensor_parallel.cpp (8 query heads, 2 kv heads: tp 4
+// replicates each kv head on 2 ranks), with its AdamW eps of 1e-6 (that file says why: layouts
+// then agree to 1e-5).
+Config tp_base() {
+  Config c = base();
+  c.model.dim = 64;
+  c.model.n_heads = 8;
+  c.model.n_kv_heads = 2;
+  c.model.ffn_dim = 96;
+  c.train.eps = 1e-6f;
+  return c;
+}
+
+// Steps 6-10 of a run resumed on another mesh against the uninterrupted run's, within 1e-5
+// relative (f32 summation order differs between meshes; see test_tensor_parallel.cpp).
+void expect_resumed_close(const std::vector<double>& resumed, const std::vector<double>& straight,
+                          const std::string& what) {
+  ASSERT_EQ(resumed.size(), 5u) << what;
+  ASSERT_EQ(straight.size(), 10u) << what;
+  double worst = 0;
+  for (size_t i = 0; i < 5; ++i) {
+    EXPECT_NEAR(resumed[i], straight[5 + i], 1e-5 * std::abs(straight[5 + i])) << what << " step " << 6 + i;
+    worst = std::max(worst, std::abs(resumed[i] - straight[5 + i]) / std::abs(straight[5 + i]));
+  }
+  std::printf("resharded %s: worst relative loss difference over steps 6-10: %.2e\n", what.c_str(), worst);
+}
+
+// The whole tensors a run loads from the checkpoint in root (no step taken).
+std::vector<std::vector<float>> loaded_weights(const Config& c, Communicator& comm, const std::string& root) {
+  TrainerOptions opt;
+  opt.progress = false;
+  opt.resume = root;
+  Trainer t(c, comm, opt);
+  std::vector<std::vector<float>> w;
+  for (const auto& n : t.parameter_names()) w.push_back(t.parameter(n));
+  return w;
+}
+
+// Files and manifest of a checkpoint of the mesh dp x tp written by hand, as the ranks of a save
+// would: each world rank's blocks of its layout, state s of every element holding the model's
+// initial value for seed 100 + s (a function of the tensor and the global index only, so any
+// layout knows what it must read back). Returns the manifest read back through from_json,
+// which checks that the pieces cover every element of every tensor exactly once.
+CheckpointManifest write_synthetic_checkpoint(const std::string& dir, const ModelConfig& model, int dp, int tp) {
+  CheckpointManifest m;
+  m.strata_version = "test";
+  m.precision = "fp32";
+  m.world = dp * tp;
+  m.dp = dp;
+  m.tp = tp;
+  m.config = nlohmann::json::object();
+  m.tensors = checkpoint_tensors(LlamaModel(model, dp, tp, 0));
+  m.pieces = checkpoint_pieces(model, dp, tp);
+  for (int w = 0; w < dp * tp; ++w) {
+    const int d = w / tp, t = w % tp;
+    const LlamaModel part(model, dp, tp, t);
+    const std::string name = checkpoint_rank_file(w), path = dir + "/" + name;
+    std::vector<float> data(checkpoint_file_bytes(part, d) / 4);
+    for (const auto& b : checkpoint_blocks(part, d))
+      part.init_values(b.unit, 100 + uint64_t(b.state), b.shard_begin, b.shard_numel, data.data() + b.file_offset / 4);
+    std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(data.data()), std::streamsize(data.size() * 4));
+    m.files.push_back(CheckpointFile{name, data.size() * 4, checkpoint_file_hash(path)});
+  }
+  return CheckpointManifest::from_json(m.to_json(), dir + "/manifest.json");
+}
+
+// A manifest of a (4, 8) tensor "w" stored as two column halves in two files (2-D pieces, as
+// tp 2 stores o_proj) and an (8) tensor "n" stored whole in the first file.
+CheckpointManifest two_d_manifest() {
+  CheckpointManifest m;
+  m.strata_version = "test";
+  m.precision = "fp32";
+  m.world = 2;
+  m.tp = 2;
+  m.config = nlohmann::json::object();
+  m.tensors = {CheckpointTensor{"w", {4, 8}}, CheckpointTensor{"n", {8}}};
+  for (int s = 0; s < kCheckpointStates; ++s) {
+    const uint64_t at = uint64_t(s) * 96;  // per state: w's 16 values, then n's 8 (file 0)
+    m.pieces.push_back(CheckpointPiece{"w", s, "rank_00000.bin", at, 0, 4, 4, 8});
+    m.pieces.push_back(CheckpointPiece{"w", s, "rank_00001.bin", at, 4, 4, 4, 8});
+    m.pieces.push_back(CheckpointPiece{"n", s, "rank_00000.bin", at + 64, 0, 8});
+  }
+  m.files = {CheckpointFile{"rank_00000.bin", 288, 1}, CheckpointFile{"rank_00001.bin", 288, 2}};
+  return m;
+}
+
 }  // namespace
+
+// ---- the format (one process) ----------------------------------------------------------------
+
+TEST(CheckpointFormat, TwoDimensionalPiecesRoundTripAndBadOnesAreRefused) {
+  const CheckpointManifest m = two_d_manifest();
+  const nlohmann::json j = m.to_json();
+  EXPECT_EQ(j["version"], 2);
+  EXPECT_EQ(j["tensors"][0]["pieces"][0]["rows"], 4);
+  EXPECT_EQ(j["tensors"][0]["pieces"][0]["row_stride"], 8);
+  EXPECT_FALSE(j["tensors"][1]["pieces"][0].contains("rows")) << "1-D pieces are written as in version 1";
+  const CheckpointManifest back = CheckpointManifest::from_json(j, "m.json");
+  auto key = [](const CheckpointPiece& p) {
+    return std::tuple(p.tensor, p.state, p.file, p.offset, p.start, p.count, p.rows, p.row_stride);
+  };
+  std::vector<decltype(key(m.pieces[0]))> want, got;
+  for (const auto& p : m.pieces) want.push_back(key(p));
+  for (const auto& p : back.pieces) got.push_back(key(p));
+  std::sort(want.begin(), want.end());
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(back.version, 2);
+  EXPECT_EQ(back.tp, 2);
+
+  // Version 1 (1-D pieces only, tp 1) is still read.
+  CheckpointManifest one = m;
+  one.world = 1;
+  one.tp = 1;
+  one.pieces.clear();
+  for (int s = 0; s < kCheckpointStates; ++s) {
+    one.pieces.push_back(CheckpointPiece{"w", s, "rank_00000.bin", uint64_t(s) * 128, 0, 32});
+    one.pieces.push_back(CheckpointPiece{"n", s, "rank_00001.bin", uint64_t(s) * 32, 0, 8});
+  }
+  one.files = {CheckpointFile{"rank_00000.bin", 384, 1}, CheckpointFile{"rank_00001.bin", 96, 2}};
+  nlohmann::json j1 = one.to_json();
+  j1["version"] = 1;
+  const CheckpointManifest v1 = CheckpointManifest::from_json(j1, "v1.json");
+  EXPECT_EQ(v1.version, 1);
+  EXPECT_EQ(v1.pieces.size(), 6u);
+  for (const auto& p : v1.pieces) EXPECT_EQ(p.rows, 1u);
+
+  auto refused = [&](const char* what, std::function<void(nlohmann::json&)> edit, std::vector<std::string> fragments) {
+    SCOPED_TRACE(what);
+    nlohmann::json b = j;
+    edit(b);
+    strata::test::expect_error_has([&] { CheckpointManifest::from_json(b, "m.json"); }, fragments, __FILE__, __LINE__);
+  };
+  auto w0 = [](nlohmann::json& b) -> nlohmann::json& { return b["tensors"][0]["pieces"][0]; };
+  auto w1 = [](nlohmann::json& b) -> nlohmann::json& { return b["tensors"][0]["pieces"][1]; };
+  refused("rows overlap", [&](auto& b) { w0(b)["row_stride"] = 3; }, {"m.json", "'w'", "row_stride 3 is less than count 4"});
+  refused("past the tensor", [&](auto& b) { w0(b)["rows"] = 5; }, {"'w'", "5 rows of [0, +4) every 8", "outside the tensor"});
+  refused("past the file", [&](auto& b) { w1(b)["offset"] = 240; }, {"'w'", "at offset 240 of 'rank_00001.bin'", "outside"});
+  refused("no rows", [&](auto& b) { w0(b)["rows"] = 0; }, {"'w'", "0 rows"});
+  refused("overlapping", [&](auto& b) { w1(b)["start"] = 3; }, {"'w' state master", "elements from 3 are stored twice"});
+  refused("a gap", [&](auto& b) { w1(b)["count"] = 3; }, {"'w' state master", "elements from 7 are missing"});
+  refused("2-D in version 1", [&](auto& b) {
+    b["version"] = 1;
+    b["mesh"] = {{"world", 1}, {"dp", 1}, {"tp", 1}, {"pp", 1}};
+  }, {"2-D piece", "format version 1"});
+  refused("version 1 with tp", [&](auto& b) { b["version"] = 1; }, {"format version 1 with tp 2"});
+  refused("a newer version", [&](auto& b) { b["version"] = 3; }, {"format version 3", "versions 1 to 2"});
+  refused("a bad mesh", [&](auto& b) { b["mesh"]["world"] = 3; }, {"mesh world 3 is not dp 1 x tp 2 x pp 1"});
+}
+
+// Every dp x tp layout's pieces cover each tensor exactly once (from_json checks it), a column
+// slice is stored as 2-D pieces (at most three per fragment of a block), and the files read back
+// as whole tensors and as the slices of any other tp layout, row by row as the loader reads.
+TEST(CheckpointFormat, TensorParallelPiecesTileEveryTensorAndLoadIntoAnyLayout) {
+  if (world().size() > 1) GTEST_SKIP() << "runs in one process";
+  Config c = tp_base();
+  c.model.vocab_size = 259;  // not a multiple of tp: uneven vocabulary parts
+  const LlamaModel whole(c.model);
+  for (auto [dp, tp] : {std::pair{1, 2}, {2, 2}, {3, 2}, {1, 4}, {2, 4}, {1, 8}}) {
+    SCOPED_TRACE(str("dp ", dp, " x tp ", tp));
+    const std::string dir = shared_dir(str("synthetic_dp", dp, "tp", tp), world());
+    const CheckpointManifest m = write_synthetic_checkpoint(dir, c.model, dp, tp);
+    size_t two_d = 0, o_proj = 0;
+    for (const auto& p : m.pieces) {
+      two_d += p.rows > 1;
+      o_proj += p.tensor == "model.layers.0.self_attn.o_proj.weight" && p.state == 0;
+    }
+    EXPECT_GT(two_d, 0u);
+    EXPECT_LE(o_proj, size_t(3 * dp * tp)) << "a column slice's fragment is at most three pieces";
+    EXPECT_EQ(m.files.size(), size_t(dp * tp));
+    CheckpointReader reader(dir, m);
+    for (int u = 0; u < whole.num_units(); ++u)
+      for (const auto& v : whole.unit(u).layout.views())
+        for (int s = 0; s < kCheckpointStates; ++s) {
+          std::vector<float> want(v.numel), got(v.numel, NAN);
+          whole.init_values(u, 100 + uint64_t(s), v.offset, v.numel, want.data());
+          reader.read(v.name, s, 0, v.numel, got.data());
+          ASSERT_EQ(got, want) << v.name << " state " << s << " whole";
+        }
+    for (int tp2 : {1, 2, 4}) {
+      for (int r = 0; r < tp2; ++r) {
+        const LlamaModel part(c.model, 1, tp2, r);
+        for (int u = 0; u < part.num_units(); ++u)
+          for (const auto& v : part.unit(u).layout.views()) {
+            std::vector<float> want(v.numel), got(v.numel, NAN);
+            part.init_values(u, 100, v.offset, v.numel, want.data());
+            for (size_t lo = 0; lo < v.numel; lo += 37)  // partial rows at both ends
+              for (const GlobalRuns& g : v.global_runs(lo, std::min<size_t>(v.numel, lo + 37)))
+                for (size_t i = 0; i < g.rows; ++i)
+                  reader.read(v.name, 0, g.start + i * g.row_stride, g.count, got.data() + g.local + i * g.count);
+            ASSERT_EQ(got, want) << v.name << " as the slice of tp rank " << r << " of " << tp2;
+          }
+      }
+    }
+  }
+}
 
 class ResumePlacements : public testing::TestWithParam<Precision> {};
 
@@ -304,6 +508,127 @@ TEST(Checkpoint, ACheckpointOfTwoRanksResumesOnFourAndOnOne) {
     one.train.grad_accum = 4;  // 1 rank × 4
     auto solo = make_solo_communicator();
     check(run(one, *solo, opt).losses, "on 1 rank");
+  }
+  sync(world());
+}
+
+// ---- tensor parallelism (under mpirun) -------------------------------------------------------
+
+// tp 2 (2 ranks); dp 2 x tp 2 and tp 4 with replicated kv heads (4 ranks): 10 steps straight
+// against 5 + save + resume + 5, bit for bit, with every state in memory and with params and
+// optimizer states on NVMe (a synchronous save).
+TEST(Checkpoint, TensorParallelResumesBitExact) {
+  const int n = world().size();
+  if (n != 2 && n != 4) GTEST_SKIP() << "needs mpirun -np 2 or 4";
+  const std::string nvme = rank_dir("tp");
+  for (int tp : n == 2 ? std::vector<int>{2} : std::vector<int>{2, 4})
+    for (bool on_nvme : {false, true}) {
+      Config c = tp_base();
+      c.parallel.tp = tp;
+      if (on_nvme) {
+        c.offload.params = Tier::nvme;
+        c.offload.optimizer = Tier::nvme;
+        c.offload.nvme_path = {nvme};
+        c.checkpoint.async = false;
+      }
+      expect_bit_exact_resume(c, str("tp", tp, "_dp", n / tp, on_nvme ? "_nvme" : ""));
+      if (HasFailure()) return;
+    }
+}
+
+// Loading into another mesh reshards. 2 ranks: tp 2 → tp 1 (rank 0 alone) and tp 1 (rank 0
+// alone) → tp 2; 4 ranks: dp 2 x tp 2 → tp 4 and → tp 1 (rank 0 alone). Each with the same
+// global batch; the loaded weights equal the saved ones bit for bit, and steps 6-10 match the
+// uninterrupted run within 1e-5 relative.
+TEST(Checkpoint, ATensorParallelCheckpointReshards) {
+  const int n = world().size();
+  if (n != 2 && n != 4) GTEST_SKIP() << "needs mpirun -np 2 or 4";
+  TrainerOptions stop;
+  stop.stop_after = 5;  // interrupted after step 5; the schedule still spans 10 steps
+  TrainerOptions resume;
+  auto solo = make_solo_communicator();
+  // On comm (null: this rank sits out): the uninterrupted run of `c`, and the run saved at step
+  // 5 into root (its weights are the saved ones).
+  auto save = [&](const Config& c, Communicator* comm, const std::string& root) {
+    std::pair<Result, Result> r;
+    if (comm) {
+      r.first = run(c, *comm);
+      Config first = c;
+      first.checkpoint.dir = root;
+      first.checkpoint.every = 5;
+      r.second = run(first, *comm, stop);
+    }
+    sync(world());
+    return r;
+  };
+  // Resumes on comm (null: this rank sits out) with `c`; compares on world rank 0.
+  auto check = [&](const Config& c, Communicator* comm, const std::string& root, const std::pair<Result, Result>& saved,
+                   const std::string& what) {
+    SCOPED_TRACE(what);
+    if (comm) {
+      const auto loaded = loaded_weights(c, *comm, root);
+      resume.resume = root;
+      const Result r = run(c, *comm, resume);
+      if (world().rank() == 0) {
+        EXPECT_TRUE(loaded == saved.second.weights) << what << ": the loaded weights differ from the saved ones";
+        expect_resumed_close(r.losses, saved.first.losses, what);
+      }
+    }
+    sync(world());
+  };
+  Config c = tp_base();
+  const bool first_rank = world().rank() == 0;
+  if (n == 2) {
+    c.parallel.tp = 2;
+    const std::string root = shared_dir("tp2_reshard", world());
+    const auto saved = save(c, &world(), root);
+    Config one = c;
+    one.parallel.tp = 1;
+    check(one, first_rank ? solo.get() : nullptr, root, saved, "tp 2 -> tp 1");
+    const std::string root1 = shared_dir("tp1_reshard", world());
+    const auto saved1 = save(one, first_rank ? solo.get() : nullptr, root1);
+    check(c, &world(), root1, saved1, "tp 1 -> tp 2");
+  } else {
+    c.parallel.tp = 2;  // dp 2 x tp 2: B · 2 accum · 2 dp windows a step
+    const std::string root = shared_dir("dp2tp2_reshard", world());
+    const auto saved = save(c, &world(), root);
+    Config four = c;
+    four.parallel.tp = 4;
+    four.train.grad_accum = 2 * c.train.grad_accum;  // dp 1
+    check(four, &world(), root, saved, "dp 2 x tp 2 -> tp 4");
+    Config one = four;
+    one.parallel.tp = 1;
+    check(one, first_rank ? solo.get() : nullptr, root, saved, "dp 2 x tp 2 -> tp 1");
+  }
+}
+
+// `strata checkpoint export` of a tp 2 checkpoint: whole tensors, equal to the run's weights.
+TEST(Checkpoint, ExportOfATensorParallelCheckpointWritesWholeTensors) {
+  if (world().size() != 2) GTEST_SKIP() << "needs mpirun -np 2";
+  Config c = tp_base();
+  c.parallel.tp = 2;
+  c.train.steps = 3;
+  c.checkpoint.dir = shared_dir("export_tp", world());
+  TrainerOptions opt;
+  opt.progress = false;
+  Trainer t(c, world(), opt);
+  t.train();
+  std::vector<std::pair<std::string, std::vector<float>>> weights;
+  for (const auto& name : t.parameter_names()) weights.push_back({name, t.parameter(name)});  // collective
+  if (world().rank() == 0) {
+    const std::string dir = resolve_checkpoint(c.checkpoint.dir);
+    const CheckpointManifest m = read_manifest(dir);
+    EXPECT_EQ(m.tp, 2);
+    EXPECT_EQ(m.files.size(), 2u);
+    EXPECT_TRUE(std::any_of(m.pieces.begin(), m.pieces.end(), [](const auto& p) { return p.rows > 1; }));
+    const std::string out = c.checkpoint.dir + "/hf";
+    export_checkpoint(dir, m, c.model, out, DType::f32);
+    SafetensorsReader reader(out);
+    for (const auto& [name, want] : weights) {
+      std::vector<float> got(want.size());
+      reader.read_f32(name, got.data(), 0, int64_t(got.size()));
+      EXPECT_EQ(got, want) << name;
+    }
   }
   sync(world());
 }
