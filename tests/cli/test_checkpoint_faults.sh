@@ -5,7 +5,8 @@
 # and finishes with the very losses of the uninterrupted run. Also: a flipped byte in a rank file
 # is refused by `checkpoint inspect` and by `--resume`, naming the file and both hashes; ENOSPC
 # while saving ends the run with exit 1 and leaves the previous checkpoint as it was; and the
-# same kill in one rank of an mpirun job. Usage: test_checkpoint_faults.sh STRATA MPIEXEC WORK
+# same kill in one rank of an mpirun job; a tp 2 checkpoint inspected, exported and resumed
+# by one process. Usage: test_checkpoint_faults.sh STRATA MPIEXEC WORK
 set -u
 strata=$1
 mpiexec=$2
@@ -86,6 +87,35 @@ kill_case kill_rename rename 2
 kill_case kill_latest latest 4       # step_4 is complete; only the pointer lagged
 if [ -x "$(command -v "$mpiexec")" ]; then
   kill_case kill_shard_mpi2 shard 2 2
+fi
+
+# Tensor parallelism from the command line: a tp 2 run (mpirun -np 2) saves every 2 steps and
+# writes --out; `checkpoint inspect` shows its mesh and verifies it, `checkpoint export` of step 6
+# writes the very safetensors file --out wrote (whole tensors), and one process resumes step_4
+# with --set parallel.tp=1: steps 5-6 within 1e-5 relative of the uninterrupted 1-rank run.
+tp_case() {
+  local root="$work/tp2"
+  timeout 300 "$mpiexec" --oversubscribe --mca btl self,vader "${export_sanitizers[@]}" -np 2 "$strata" train \
+    "${small[@]}" --set parallel.tp=2 --set "checkpoint.dir=$root" --set "log.metrics=$root.jsonl" \
+    --out "$work/tp2_out" >"$root.log" 2>&1 || { fail "tp 2: the run failed"; cat "$root.log"; return; }
+  "$strata" checkpoint inspect "$root" >"$root.inspect" 2>&1 || { fail "tp 2: inspect failed"; cat "$root.inspect"; return; }
+  grep -q "mesh: 2 rank(s) = dp 1 x tp 2 x pp 1" "$root.inspect" && grep -q "every file verified" "$root.inspect" ||
+    { fail "tp 2: inspect does not show the mesh or the verification"; cat "$root.inspect"; return; }
+  "$strata" checkpoint export "$root" --out "$work/tp2_hf" >"$root.export" 2>&1 || { fail "tp 2: export failed"; cat "$root.export"; return; }
+  cmp -s "$work/tp2_hf/model.safetensors" "$work/tp2_out/model.safetensors" ||
+    { fail "tp 2: the export of step 6 differs from the run's --out"; return; }
+  timeout 300 "$strata" train --resume "$root/step_4" --set parallel.tp=1 --set "log.metrics=$root.resume.jsonl" \
+    >"$root.resume.log" 2>&1 || { fail "tp 2 -> tp 1: the resumed run failed"; cat "$root.resume.log"; return; }
+  losses "$root.resume.jsonl" >"$root.resumed"
+  join "$root.resumed" "$work/straight.losses" | awk '
+    { d = $2 - $3; if (d < 0) d = -d; r = d / ($3 < 0 ? -$3 : $3); if (r > worst) worst = r; n++ }
+    END { printf "%d %.2e\n", n, worst; exit !(n == 2 && worst <= 1e-5) }' >"$root.compare" ||
+    { fail "tp 2 -> tp 1: steps 5-6 are not within 1e-5 of the uninterrupted run: $(cat "$root.compare")";
+      paste "$root.resumed" "$work/straight.losses"; return; }
+  echo "ok: tp 2: inspect shows dp 1 x tp 2, export equals --out, resumed as tp 1: steps 5-6 within $(cut -d' ' -f2 "$root.compare") of one rank"
+}
+if [ -x "$(command -v "$mpiexec")" ]; then
+  tp_case
 fi
 
 # A flipped byte: refused by inspect and by --resume, naming the file and both hashes.
