@@ -6,10 +6,10 @@
 // saves alike; export to Hugging Face safetensors; an I/O error while saving ends the run and
 // leaves the previous checkpoint as it was. Tensor parallelism: the 2-D pieces of the format
 // (round trip, a bad one refused), every dp × tp layout's pieces tiling each tensor once and
-// reading back into any other layout (plainly, from files written by hand); tp 2 (2 ranks),
-// dp 2 x tp 2 and tp 4 (4 ranks) resuming bit-exactly; tp 2 → tp 1, tp 1 → tp 2, dp 2 x tp 2 →
-// tp 4 and → tp 1 resharding within 1e-5 (the loaded weights themselves bit-exact); export of a
-// tp 2 checkpoint writing whole tensors.
+// reading back into any other layout (plainly, from files written by hand); tp 2 (also with
+// sequence parallelism; 2 ranks), dp 2 x tp 2 and tp 4 (4 ranks) resuming bit-exactly; tp 2 →
+// tp 1, tp 1 → tp 2, dp 2 x tp 2 → tp 4 and → tp 1 resharding within 1e-5 (the loaded weights
+// themselves bit-exact); export of a tp 2 checkpoint writing whole tensors.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -516,7 +516,7 @@ TEST(Checkpoint, ACheckpointOfTwoRanksResumesOnFourAndOnOne) {
 
 // tp 2 (2 ranks); dp 2 x tp 2 and tp 4 with replicated kv heads (4 ranks): 10 steps straight
 // against 5 + save + resume + 5, bit for bit, with every state in memory and with params and
-// optimizer states on NVMe (a synchronous save).
+// optimizer states on NVMe (a synchronous save); tp 2 with sequence parallelism too.
 TEST(Checkpoint, TensorParallelResumesBitExact) {
   const int n = world().size();
   if (n != 2 && n != 4) GTEST_SKIP() << "needs mpirun -np 2 or 4";
@@ -534,6 +534,12 @@ TEST(Checkpoint, TensorParallelResumesBitExact) {
       expect_bit_exact_resume(c, str("tp", tp, "_dp", n / tp, on_nvme ? "_nvme" : ""));
       if (HasFailure()) return;
     }
+  if (n == 2) {
+    Config c = tp_base();
+    c.parallel.tp = 2;
+    c.parallel.sequence_parallel = true;
+    expect_bit_exact_resume(c, "tp2_sp");
+  }
 }
 
 // Loading into another mesh reshards. 2 ranks: tp 2 → tp 1 (rank 0 alone) and tp 1 (rank 0
