@@ -1,6 +1,8 @@
 # Third-party dependencies, all from Debian packages (scripts/install-deps.sh names them).
 # Required: oneTBB, OpenBLAS (CBLAS), toml++, nlohmann-json, CLI11, xxHash, GoogleTest (tests).
-# Optional, with a stub when absent: liburing (io_uring backend), MPI (multi-process ranks).
+# Optional, with a stub when absent: liburing (io_uring backend), MPI (multi-process ranks;
+# STRATA_MPI=OFF builds the stub even where MPI is installed: scripts/gpu-bundle.sh does, so its
+# bundle carries no Open MPI and its plugins).
 find_package(Threads REQUIRED)
 find_package(TBB REQUIRED)
 find_package(tomlplusplus REQUIRED)
@@ -29,9 +31,13 @@ else()
   set(STRATA_HAVE_URING OFF)
 endif()
 
-find_package(MPI COMPONENTS CXX)
-if(MPI_CXX_FOUND)
-  set(STRATA_HAVE_MPI ON)
-else()
-  set(STRATA_HAVE_MPI OFF)
+set(STRATA_HAVE_MPI OFF)
+if(NOT STRATA_MPI STREQUAL "OFF")
+  find_package(MPI COMPONENTS CXX)
+  if(MPI_CXX_FOUND)
+    set(STRATA_HAVE_MPI ON)
+  elseif(STRATA_MPI STREQUAL "ON")
+    message(FATAL_ERROR "STRATA_MPI=ON but no MPI was found.\n"
+                        "hint: apt-get install libopenmpi-dev openmpi-bin, or configure with -DSTRATA_MPI=AUTO")
+  endif()
 endif()
