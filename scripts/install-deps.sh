@@ -10,6 +10,7 @@ PACKAGES=(
   build-essential cmake pkg-config
   liburing-dev libtbb-dev libopenmpi-dev openmpi-bin libopenblas-dev
   libgtest-dev libtomlplusplus-dev nlohmann-json3-dev libcli11-dev libxxhash-dev
+  xz-utils
 )
 FUZZ_PACKAGES=(clang-14 libclang-rt-14-dev llvm-14)
 
