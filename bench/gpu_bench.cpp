@@ -36,6 +36,9 @@ const std::array<int, 3> kDefaultGemmShapes[] = {
     {8192, 14336, 4096},  // tokens × ffn × dim: a Llama-3-8B MLP up-projection
     {8192, 4096, 14336},  // its down-projection
 };
+const std::array<int, 3> kDefaultF32Shapes[] = {{4096, 4096, 4096}, {8192, 8192, 8192}};
+constexpr double kAdamGoalRatioToCopy = 0.8;  // the device AdamW's GB/s against a device copy's
+constexpr double kTrainGoalMfuBf16 = 0.45;     // the all-device run's MFU against the bf16 peak
 
 using Clock = std::chrono::steady_clock;
 
@@ -224,9 +227,9 @@ nlohmann::json gemm_bf16_shape(BenchGpu& g, int m, int n, int k, double min_seco
           {"max_error_ratio", strata_err}};
 }
 
-// strata's f32 linear: out (N, OC) = in (N, IC) · w^T through Ops::linear_fwd.
-nlohmann::json gemm_f32(BenchGpu& g, double min_seconds) {
-  const int N = 8192, IC = 4096, OC = 4096;
+// strata's f32 linear: out (m, n) = in (m, k) · w^T, w (n, k), through Ops::linear_fwd.
+nlohmann::json gemm_f32(BenchGpu& g, int m, int n, int k, double min_seconds) {
+  const int N = m, IC = k, OC = n;
   Device& dev = *g.dev;
   Stream& s = *g.s;
   Buffer in = upload_values<float>(dev, s, size_t(N) * IC, 3, "linear in");
@@ -253,8 +256,9 @@ AdamWHyper bench_hyper() {
   return h;
 }
 
-// The CUDA step against the CPU scalar path on n elements (f32 state, bf16 copy): wrong bits.
-size_t validate_adamw(BenchGpu& g, size_t n) {
+// The CUDA step against the CPU scalar path on n elements (f32 state, bf16 copy), `steps` steps
+// in a row: the values that differ in any bit after the last.
+size_t validate_adamw(BenchGpu& g, size_t n, int steps) {
   std::vector<float> p(n), gr(n), m(n), v(n);
   std::vector<uint16_t> pb(n, 0);
   for (size_t i = 0; i < n; ++i) {
@@ -275,7 +279,7 @@ size_t validate_adamw(BenchGpu& g, size_t n) {
          dv = up(v.data(), n * 4, "v"), dpb = up(pb.data(), n * 2, "pb");
   AdamWTensors t{p.data(), gr.data(), nullptr, m.data(), v.data(), pb.data(), n};
   AdamWTensors td{dp.as<float>(), dg.as<float>(), nullptr, dm.as<float>(), dv.as<float>(), dpb.as<uint16_t>(), n};
-  for (int64_t step = 1; step <= 2; ++step) {
+  for (int64_t step = 1; step <= steps; ++step) {
     adamw_update_isa(AdamIsa::scalar, bench_hyper(), step, 0.5f, t);
     adamw_update_on_stream(*g.s, bench_hyper(), step, 0.5f, td);
   }
@@ -292,9 +296,10 @@ size_t validate_adamw(BenchGpu& g, size_t n) {
   return wrong;
 }
 
-nlohmann::json adamw(BenchGpu& g, size_t numel, size_t copy_bytes, double min_seconds) {
+nlohmann::json adamw(BenchGpu& g, size_t numel, size_t copy_bytes, int steps, double min_seconds) {
+  if (steps < 1) fail("bench::gpu", str("adam_steps must be at least 1, not ", steps));
   const size_t validate_n = (size_t{1} << 20) + 3;
-  const size_t wrong = validate_adamw(g, validate_n);
+  const size_t wrong = validate_adamw(g, validate_n, steps);
   if (wrong) fail("bench::gpu", str("the CUDA AdamW differs from the CPU scalar path in ", wrong, " values"));
   Device& dev = *g.dev;
   Stream& s = *g.s;
@@ -328,8 +333,11 @@ nlohmann::json adamw(BenchGpu& g, size_t numel, size_t copy_bytes, double min_se
           {"copy_bytes", copy_bytes},
           {"copy_gbps", copy_gbps},
           {"ratio_to_copy", gbps / copy_gbps},
+          {"goal_ratio_to_copy", kAdamGoalRatioToCopy},
+          {"meets_goal", gbps / copy_gbps >= kAdamGoalRatioToCopy},
           {"bytes_per_param", 28},
           {"validated_numel", validate_n},
+          {"validated_steps", steps},
           {"wrong", wrong}};
 }
 
@@ -414,26 +422,69 @@ nlohmann::json train_run(const Config& cfg, double peak_f32, double peak_bf16) {
           {"device_peak_bytes", s.device_peak_bytes}};
 }
 
-// The offloaded config with a device limit halfway between what it and the all-device run need
-// (so the all-device run would not fit).
-Config offloaded(const Config& base, Tier params, Tier optimizer, const std::string& nvme, uint64_t capacity) {
-  Config c = base;
-  c.offload.params = params;
-  c.offload.grads = Tier::host;
-  c.offload.optimizer = optimizer;
+// Bytes of the states in a plan, wherever they live: compute copy, gradients, master, m and v
+// (the rows engine/plan.cpp names so), not the working set or the activations.
+uint64_t state_bytes(const MemoryPlan& plan) {
+  uint64_t sum = 0;
+  for (const auto& r : plan.rows)
+    for (const char* prefix : {"compute copy", "gradients", "master weights", "AdamW m and v"})
+      if (r.what.rfind(prefix, 0) == 0) sum += r.bytes;
+  if (sum == 0) fail("bench::gpu", "the memory plan names no state rows (compute copy, gradients, master, m, v)");
+  return sum;
+}
+
+struct Offloaded {
+  Config config;
+  std::string limit_rule;
+  uint64_t state_bytes_all_device = 0;
+};
+
+// The offloaded config: `overrides` on the base (empty: params, grads and optimizer on `tier`),
+// under a device limit of `fraction` × the all-device run's state bytes, or, when fraction is 0,
+// halfway between what it and the all-device run need (so the all-device run would not fit).
+Offloaded offloaded(const Config& base, Tier tier, const std::vector<std::string>& overrides, double fraction,
+                    const std::string& nvme, uint64_t capacity) {
+  Offloaded o;
+  Config& c = o.config;
+  c = base;
+  if (overrides.empty()) {
+    c.offload.params = tier;
+    c.offload.grads = Tier::host;
+    c.offload.optimizer = tier;
+  } else {
+    for (const auto& kv : overrides) apply_override(c, kv);
+  }
   if (!nvme.empty()) c.offload.nvme_path = {nvme};
   validate(c);
   PlanMachine machine;
   machine.device_is_host_memory = false;
   machine.device_capacity = capacity;
   machine.ranks_here = 1;
-  const uint64_t all = plan_memory(base, 1, machine).device_bytes();
+  const MemoryPlan all_plan = plan_memory(base, 1, machine);
+  const uint64_t all = all_plan.device_bytes();
   const uint64_t off = plan_memory(c, 1, machine).device_bytes();
+  o.state_bytes_all_device = state_bytes(all_plan);
+  if (fraction > 0) {
+    c.offload.device_mem_limit = uint64_t(fraction * double(o.state_bytes_all_device));
+    o.limit_rule = str(fraction, " x the all-device run's state bytes (", format_bytes(o.state_bytes_all_device), ")");
+    validate(c);
+    const MemoryPlan plan = plan_memory(c, 1, machine);
+    if (!plan.fits()) fail("bench::gpu", str("the offloaded run does not fit its device limit:\n", plan.table()));
+    return o;
+  }
   if (off >= all)
     fail("bench::gpu", str("offloading does not lower the planned device bytes (", format_bytes(all),
                            " all on the device, ", format_bytes(off), " offloaded)"));
   c.offload.device_mem_limit = off + (all - off) / 2;
-  return c;
+  o.limit_rule = "halfway between the offloaded and the all-device run's planned device bytes";
+  return o;
+}
+
+nlohmann::json offloaded_run(const Offloaded& o, double peak_f32, double peak_bf16) {
+  nlohmann::json j = train_run(o.config, peak_f32, peak_bf16);
+  j["device_mem_limit_rule"] = o.limit_rule;
+  j["state_bytes_all_device"] = o.state_bytes_all_device;
+  return j;
 }
 
 }  // namespace
@@ -461,9 +512,17 @@ nlohmann::json run_gpu_bench(const GpuBenchOptions& o) {
       shapes.push_back(r);
     }
     j["gemm_bf16"] = shapes;
-    j["gemm_f32"] = section([&] { return gemm_f32(g, o.min_seconds); });
-    if (j["gemm_f32"]["ran"].get<bool>()) peak_f32 = j["gemm_f32"]["tflops"].get<double>() * 1e12;
-    j["adamw"] = section([&] { return adamw(g, o.adam_numel, o.copy_bytes, o.min_seconds); });
+    nlohmann::json f32 = nlohmann::json::array();
+    std::vector<std::array<int, 3>> f32_list(o.gemm_f32_shapes.begin(), o.gemm_f32_shapes.end());
+    if (f32_list.empty()) f32_list.assign(std::begin(kDefaultF32Shapes), std::end(kDefaultF32Shapes));
+    for (const auto& [m, n, k] : f32_list) {
+      nlohmann::json r = section([&] { return gemm_f32(g, m, n, k, o.min_seconds); });
+      if (!r["ran"].get<bool>()) r.update({{"m", m}, {"n", n}, {"k", k}});
+      else peak_f32 = std::max(peak_f32, r["tflops"].get<double>() * 1e12);
+      f32.push_back(r);
+    }
+    j["gemm_f32"] = f32;
+    j["adamw"] = section([&] { return adamw(g, o.adam_numel, o.copy_bytes, o.adam_steps, o.min_seconds); });
     j["pinned"] = section([&] { return pinned(g, o.copy_bytes, o.min_seconds); });
   }
   nlohmann::json train;
@@ -477,16 +536,22 @@ nlohmann::json run_gpu_bench(const GpuBenchOptions& o) {
       train = {{"ran", false}, {"reason", e.what()}};
     }
     if (train.is_null()) {
-      train["device"] = section([&] { return train_run(base, peak_f32, peak_bf16); });
+      train["device"] = section([&] {
+        nlohmann::json r = train_run(base, peak_f32, peak_bf16);
+        r["goal_mfu_vs_bf16_gemm"] = kTrainGoalMfuBf16;
+        r["meets_goal"] = r["mfu_vs_bf16_gemm"].get<double>() >= kTrainGoalMfuBf16;
+        return r;
+      });
       train["offload_host"] = section([&] {
-        return train_run(offloaded(base, Tier::host, Tier::host, "", capacity), peak_f32, peak_bf16);
+        return offloaded_run(offloaded(base, Tier::host, o.offload_overrides, o.offload_limit_fraction, "", capacity),
+                             peak_f32, peak_bf16);
       });
       train["offload_nvme"] =
           o.nvme_path.empty()
               ? nlohmann::json{{"ran", false}, {"reason", "no --nvme-path given"}}
               : section([&] {
-                  return train_run(offloaded(base, Tier::nvme, Tier::nvme, o.nvme_path, capacity), peak_f32,
-                                   peak_bf16);
+                  return offloaded_run(offloaded(base, Tier::nvme, {}, 0, o.nvme_path, capacity), peak_f32,
+                                       peak_bf16);
                 });
     }
   }
@@ -496,6 +561,9 @@ nlohmann::json run_gpu_bench(const GpuBenchOptions& o) {
   j["settings"] = {{"device", o.device},
                    {"adam_numel", o.adam_numel},
                    {"copy_bytes", o.copy_bytes},
+                   {"adam_steps", o.adam_steps},
+                   {"offload_overrides", o.offload_overrides},
+                   {"offload_limit_fraction", o.offload_limit_fraction},
                    {"min_seconds", o.min_seconds},
                    {"train_steps", o.train_steps},
                    {"train_config", o.train_config.empty() ? "built-in GPU default" : o.train_config},

@@ -6,14 +6,16 @@
 //   gemm_bf16  per shape: strata's bf16 path (cuBLASLt's first heuristic choice, what strata
 //              runs) next to cuBLAS's best — the fastest of cuBLASLt's heuristic candidates for
 //              the same shape, each validated and timed — in TFLOP/s;
-//   gemm_f32   strata's f32 linear (cuBLASLt, FMA algorithms, no TF32) in TFLOP/s: the MFU
-//              denominator of the f32 training runs;
-//   adamw      the device AdamW in GB/s next to a device-to-device copy measured in the same
-//              run (28 bytes per parameter for an f32 step, 30 with the bf16 copy), validated bit
-//              for bit against the CPU scalar path first;
+//   gemm_f32   per shape: strata's f32 linear (cuBLASLt, FMA algorithms, no TF32) in TFLOP/s;
+//              the best is the MFU denominator of the f32 training runs;
+//   adamw      the device AdamW in params/s and GB/s next to a device-to-device copy measured in
+//              the same run (28 bytes per parameter for an f32 step, 30 with the bf16 copy; goal:
+//              ≥ 0.8 of the copy), validated bit for bit against the CPU scalar path over
+//              adam_steps steps first;
 //   pinned     pinned host ⇄ device copy GB/s;
-//   train      tokens/s and MFU of training runs: all on the device, then params and optimizer
-//              offloaded to host (and NVMe with nvme_path) under a device limit that forces it.
+//   train      tokens/s and MFU of training runs: all on the device, then offloaded (params,
+//              grads and optimizer to host, or offload_overrides) under a device limit that
+//              forces it (and to NVMe with nvme_path).
 // Timing: host wall clock around stream synchronizes, calls batched so a batch takes ≥ 2 ms; the
 // best batch is reported with the median beside it.
 #pragma once
@@ -29,14 +31,22 @@ namespace strata {
 
 struct GpuBenchOptions {
   int device = 0;
-  std::vector<std::array<int, 3>> gemm_shapes;  // (m, n, k); empty: kDefaultGemmShapes
+  std::vector<std::array<int, 3>> gemm_shapes;      // bf16 (m, n, k); empty: kDefaultGemmShapes
+  std::vector<std::array<int, 3>> gemm_f32_shapes;  // f32 (m, n, k); empty: 4096³ and 8192³
   size_t adam_numel = size_t{256} << 20;         // parameters of the timed AdamW step
   size_t copy_bytes = size_t{1} << 30;           // device copy and pinned transfers
+  int adam_steps = 5;                            // steps of the bit-for-bit AdamW validation
   double min_seconds = 0.25;                     // per timed measurement
   bool train = true;
   std::string train_config;                      // TOML; empty: a ~100M-parameter GPU default
   std::vector<std::string> train_overrides;      // section.key=value, applied after
   int train_steps = 8;                           // the first is warm-up
+  // The offloaded run: these overrides on top of the training config (empty: params, grads and
+  // optimizer on host), and offload.device_mem_limit = offload_limit_fraction × the bytes of the
+  // all-device run's states (compute copy, gradients, master weights, m, v); 0: halfway between
+  // the device bytes the offloaded and the all-device runs plan for.
+  std::vector<std::string> offload_overrides;
+  double offload_limit_fraction = 0;
   std::string nvme_path;                         // directory for the NVMe placement; empty: skip
 };
 
