@@ -8,13 +8,19 @@
 //    floor for double-precision differences: summation order, CUDA's vs glibc's libm);
 //  * f32 GEMMs (cuBLASLt, FMA algorithms, no TF32): the dot-product bound γ_K·Σ|a b|, γ_K ≈ K·u;
 //  * f32 attention: the bounds the CPU fast path is held to (tests/kernels/test_fast_gemm.cpp).
-// Each test skips, with the reason, when no CUDA device is present.
+// Each test skips, with the reason, when no CUDA device is present. Every comparison also records
+// the op's largest relative error as a test property (`max_rel_err.<op>`, the largest over the
+// shapes of the test), which `--gtest_output=json` carries into scripts/gpu-check.sh's results.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
+#include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <limits>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -31,7 +37,6 @@ namespace strata {
 namespace {
 
 namespace ref = cpu::ref;
-using test::expect_equal;
 using test::Gpu;
 using test::kU32;
 using test::max_abs;
@@ -45,11 +50,60 @@ std::string tag(std::initializer_list<std::pair<const char*, long long>> kv) {
   return s;
 }
 
+// Records the largest relative error of got against want as the test property
+// max_rel_err.<op>, op being `what` up to its first key=value tag: max_i |got_i − want_i| / |want_i|,
+// each |want_i| floored at 1e-6 · max_j |want_j| (and at FLT_MIN) so that elements that cancel to
+// near zero, whose tolerance is absolute, do not stand for the op. Equal values (infinities
+// included) and NaN against NaN count 0; NaN against a number counts infinity. The property keeps
+// the largest value over the calls of one test (several shapes of the same op).
+template <class W>
+void record_rel_error(const std::string& what, const std::vector<float>& got, const std::vector<W>& want) {
+  double scale = 0;
+  for (const W& w : want)
+    if (std::isfinite(double(w))) scale = std::max(scale, std::fabs(double(w)));
+  const double floor = std::max(1e-6 * scale, double(std::numeric_limits<float>::min()));
+  double worst = 0;
+  for (size_t i = 0; i < std::min(got.size(), want.size()); ++i) {
+    const double g = got[i], w = double(want[i]);
+    if (g == w || (std::isnan(g) && std::isnan(w))) continue;
+    worst = std::max(worst, std::isnan(g - w) ? INFINITY : std::fabs(g - w) / std::max(std::fabs(w), floor));
+  }
+  std::string op;
+  for (size_t i = 0; i < what.size(); ++i) {
+    if (what[i] == ' ' && what.find('=', i) != std::string::npos &&
+        what.find('=', i) < what.find(' ', i + 1))
+      break;  // " key=value": the tags start here
+    op += std::isalnum(static_cast<unsigned char>(what[i])) ? what[i] : '_';
+  }
+  static std::map<std::string, double> largest;  // per test: test name + op
+  const auto* info = testing::UnitTest::GetInstance()->current_test_info();
+  double& m = largest[std::string(info->test_suite_name()) + "." + info->name() + "/" + op];
+  m = std::max(m, worst);
+  char text[32];
+  std::snprintf(text, sizeof text, "%.3e", m);
+  testing::Test::RecordProperty("max_rel_err." + op, text);
+}
+
+// Expects got == want bit for bit (test::expect_equal), recording the relative error.
+void expect_equal(const std::string& what, const std::vector<float>& got, const std::vector<float>& want) {
+  record_rel_error(what, got, want);
+  test::expect_equal(what, got, want);
+}
+
+// test::expect_close (|got − want| ≤ atol + rtol |want|), recording the relative error.
+void expect_close(const std::string& what, const std::vector<float>& got, const std::vector<float>& want,
+                  double rtol, double atol) {
+  record_rel_error(what, got, want);
+  test::expect_close(what, got, want, rtol, atol);
+}
+
 // Expects |got[i] − want[i]| ≤ tol(i) (want from ref<double>); reports the count of failures and
-// the worst element. NaN fails unless both are NaN; equal infinities pass.
+// the worst element. NaN fails unless both are NaN; equal infinities pass. Records the relative
+// error.
 void expect_near(const std::string& what, const std::vector<float>& got,
                  const std::vector<double>& want, const std::function<double(size_t)>& tol) {
   ASSERT_EQ(got.size(), want.size()) << what;
+  record_rel_error(what, got, want);
   size_t bad = 0, worst = 0;
   double worst_ratio = -1;
   for (size_t i = 0; i < got.size(); ++i) {
@@ -418,8 +472,8 @@ TEST(CudaOps, AttentionForward) {
                             test::at<float>(d, L.k_off), test::at<float>(d, L.v_off), s.B, s.T, s.H,
                             s.KVH, s.D, L.ldq, L.ldkv);
       const double e = score_error(s.D) + (s.T + 2) * kU32;
-      test::expect_close("attention_fwd out" + attn_tag(s, packed), g.download<float>(out, n_out), want, 0.0, 2 * e);
-      test::expect_close("attention_fwd lse" + attn_tag(s, packed), g.download<float>(lse, n_lse), want_lse,
+      expect_close("attention_fwd out" + attn_tag(s, packed), g.download<float>(out, n_out), want, 0.0, 2 * e);
+      expect_close("attention_fwd lse" + attn_tag(s, packed), g.download<float>(lse, n_lse), want_lse,
                          2 * kU32, 2 * e);
     }
 }
@@ -452,7 +506,7 @@ TEST(CudaOps, AttentionBackward) {
                             test::at<float>(dqkv, L.v_off), s.B, s.T, s.H, s.KVH, s.D, L.ldq, L.ldkv);
       const int G = s.H / s.KVH;
       const double rel = 8 * (score_error(s.D) + (s.T * G + 2 * s.D + 8) * kU32);
-      test::expect_close("attention_bwd dq/dk/dv" + attn_tag(s, packed), g.download<float>(grads, L.size),
+      expect_close("attention_bwd dq/dk/dv" + attn_tag(s, packed), g.download<float>(grads, L.size),
                          want, 0.0, rel * max_abs(want));
     }
 }
