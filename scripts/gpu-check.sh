@@ -46,6 +46,28 @@ while [ $# -gt 0 ]; do
   esac
 done
 
+# The figures `strata bench gpu` measures (bench/gpu_bench.h), set here so that they can be tuned
+# on the GPU host without rebuilding the bundle. Training: a ≈1B-parameter Llama (974M: dim 2048,
+# 16 layers, 32 heads / 8 KV heads, FFN 8192, byte vocabulary) in bf16, micro-batches of
+# 8 × 1024 tokens, all on the device (36.7 GiB planned; goal: MFU ≥ 45 % of the bf16 peak); then
+# the optimizer and gradients on host with offload.device_mem_limit a quarter of the all-device
+# run's state bytes (16.3 GiB -> 4.1 GiB), which fits with activation checkpointing and
+# micro-batches of 2 × 1024 (`strata plan`: 3.99 GiB). Tokens/s and MFU of both side by side.
+bench_args=(
+  --adam-steps 5
+  --train-steps 6
+  --train-set model.dim=2048 --train-set model.n_layers=16 --train-set model.n_heads=32
+  --train-set model.n_kv_heads=8 --train-set model.ffn_dim=8192 --train-set model.max_seq_len=1024
+  --train-set data.seq_len=1024 --train-set data.micro_batch=8 --train-set train.precision=bf16
+  --offload-set offload.optimizer=host --offload-set offload.grads=host
+  --offload-set zero.activation_checkpointing=true --offload-set data.micro_batch=2
+  --offload-limit 0.25
+)
+# Seconds each phase may take at most, inside the overall budget.
+tests_seconds=150
+bench_seconds=240
+torch_seconds=45
+
 start=$(date +%s)
 elapsed() { echo $(( $(date +%s) - start )); }
 remaining() { echo $(( budget - $(elapsed) )); }
@@ -258,6 +280,23 @@ else
 fi
 
 # ---- the gpu tests ---------------------------------------------------------------------------
+rel_errors() {  # rel_errors GTEST_JSON: {"Suite.Case": {"op": error, ...}, ...}; empty without python3
+  [ -s "$1" ] && command -v "$python" >/dev/null 2>&1 || return 0
+  LD_LIBRARY_PATH="$host_ld_path" "$python" - "$1" <<'EOF' 2>/dev/null
+import json, math, sys
+out = {}
+for suite in json.load(open(sys.argv[1])).get("testsuites", []):
+    for case in suite.get("testsuite", []):
+        errs = {}
+        for key, value in case.items():
+            if key.startswith("max_rel_err."):
+                v = float(value)
+                errs[key[len("max_rel_err."):]] = v if math.isfinite(v) else str(v)
+        if errs:
+            out[suite["name"] + "." + case["name"]] = errs
+print(json.dumps(out))
+EOF
+}
 # Every entry of tests.tsv (CTest's label gpu, from the bundle's build tree) must pass: an entry
 # whose tests all skipped exits 77, and on a GPU that is a failure. Entries the bundle cannot run
 # (under mpirun: it has no MPI) are listed as left out, with the reason.
@@ -274,8 +313,10 @@ if [ "$have_gpu" = 1 ]; then
     fi
     tl="$logs/$name.log"
     t1=$(date +%s)
+    left=$(( tests_seconds - (t1 - t0) ))
     # shellcheck disable=SC2086
-    (cd "$workdir" && timeout -k 5 "$(limit 150)" "$bundle/bin/$prog" $args --gtest_color=no) >"$tl" 2>&1
+    (cd "$workdir" && timeout -k 5 "$(limit $(( left > 1 ? left : 1 )))" "$bundle/bin/$prog" $args --gtest_color=no \
+       --gtest_output="json:$logs/$name.gtest.json") >"$tl" 2>&1
     rc=$?
     case "$rc" in
       0) result=passed; n_pass=$((n_pass + 1)) ;;
@@ -288,6 +329,10 @@ if [ "$have_gpu" = 1 ]; then
     fl=$(grep -cE '^\[  FAILED  \] .* \([0-9]+ ms\)$' "$tl")
     e="{\"name\": $(jstr "$name"), \"result\": \"$result\", \"exit_status\": $rc, \"cases_passed\": $ok, \"cases_skipped\": $sk, \"cases_failed\": $fl, \"seconds\": $(( $(date +%s) - t1 ))"
     [ "$result" != passed ] && e+=", \"log_tail\": $(jstr "$({ grep -E 'FAILED|Failure|SKIPPED|error' "$tl"; tail -5 "$tl"; } | tail -c 1500)")"
+    # The largest relative error of each op against the CPU reference, per test case, as the
+    # tests record them (max_rel_err.<op> properties of test_gpu_ops; gtest's JSON report).
+    errs="$(rel_errors "$logs/$name.gtest.json")"
+    [ -n "$errs" ] && [ "$errs" != "{}" ] && e+=", \"max_rel_err\": $errs"
     entries+="${entries:+, }$e}"
     log "  $name: $result ($ok cases passed, $sk skipped, $fl failed)"
     [ "$result" != passed ] && failures+=("gpu test $name $result (log: $tl)")
@@ -302,7 +347,9 @@ bench_json="$(not_run "no NVIDIA GPU found (nvidia-smi absent or silent)")"
 if [ "$have_gpu" = 1 ]; then
   nvme_arg=()
   [ -n "$nvme" ] && nvme_arg=(--nvme-path "$nvme")
-  if (cd "$workdir" && timeout -k 5 "$(limit 200)" "$bundle/bin/strata" bench gpu --json "${nvme_arg[@]}") \
+  log "strata bench gpu ${bench_args[*]} ${nvme_arg[*]}"
+  if (cd "$workdir" && timeout -k 5 "$(limit "$bench_seconds")" "$bundle/bin/strata" bench gpu --json "${bench_args[@]}" \
+        "${nvme_arg[@]}") \
        >"$workdir/bench.json" 2>"$logs/bench.err" && [ -s "$workdir/bench.json" ]; then
     bench_json="$(cat "$workdir/bench.json")"
     # A section that could not run is a failure, but for the NVMe placement without --nvme-path.
@@ -324,7 +371,7 @@ if [ "$have_gpu" = 1 ]; then
   if ! command -v "$python" >/dev/null 2>&1 ||
      ! LD_LIBRARY_PATH="$host_ld_path" "$python" -c 'import torch' >/dev/null 2>&1; then
     torch_json="$(not_run "optional: $python cannot import torch")"
-  elif LD_LIBRARY_PATH="$host_ld_path" timeout -k 5 "$(limit 60)" "$python" - >"$workdir/torch.json" \
+  elif LD_LIBRARY_PATH="$host_ld_path" timeout -k 5 "$(limit "$torch_seconds")" "$python" - >"$workdir/torch.json" \
          2>"$logs/torch.err" <<'EOF' && [ -s "$workdir/torch.json" ]; then
 import json, torch
 # torch.matmul at strata's GEMM shapes: best of 5 batches of CUDA-event-timed calls. f32 with
