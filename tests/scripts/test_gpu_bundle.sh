@@ -103,12 +103,31 @@ check_runtime() {
 }
 
 # 3. In a root with only the base system (and the host's CUDA libraries, bind-mounted).
+# The namespace must allow what step 3 does: bind mounts, a tmpfs and chroot. chroot(1) exits 127
+# when it changed root but found no command there (the probe root is empty), 125 when it could
+# not change root.
 namespace=()
-if unshare --mount --fork true 2>/dev/null; then
-  namespace=(unshare --mount --fork)
-elif unshare --user --map-root-user --mount --fork true 2>/dev/null; then
-  namespace=(unshare --user --map-root-user --mount --fork)
+namespace_note="tried"
+probe="$work/probe"
+if command -v unshare >/dev/null && command -v chroot >/dev/null; then
+  # Propagation private (unshare's default, said explicitly): the bind mounts never reach this
+  # machine's mount table, so removing the root afterwards removes only its own files.
+  for ns in "unshare --mount --propagation private --fork" \
+            "unshare --user --map-root-user --mount --propagation private --fork"; do
+    rm -rf "$probe"
+    mkdir -p "$probe/proc" "$probe/dev" "$probe/sys" "$probe/tmp"
+    # shellcheck disable=SC2086
+    $ns bash -c "mount --rbind /proc '$probe/proc' && mount --rbind /dev '$probe/dev' &&
+                 mount --rbind /sys '$probe/sys' && mount -t tmpfs none '$probe/tmp' &&
+                 exec $(command -v chroot) '$probe' /none" >/dev/null 2>&1
+    rc=$?
+    if [ $rc = 127 ]; then read -r -a namespace <<<"$ns"; break; fi
+    namespace_note+="; $ns: the mounts or chroot failed (exit $rc)"
+  done
+else
+  namespace_note="no unshare or chroot here"
 fi
+rm -rf "$probe"
 check_minimal_root() {
   local b=$1 r="$work/root" soname arrow path libs=() cuda=()
   rm -rf "$r"
@@ -162,7 +181,7 @@ if [ ${#namespace[@]} -gt 0 ]; then
   check_minimal_root "$bundle" || fail "strata does not run from the bundle on a bare base system"
   grep '^done:' "$work/root.log" | sed 's/^/   /'
 else
-  echo "== 3. not run: no mount namespace here (unshare --mount and unshare --user both refused)"
+  echo "== 3. not run: no namespace here allows the bind mounts and chroot ($namespace_note)"
 fi
 
 echo "== 4. control: the checks fail on a bundle missing a library"
