@@ -51,7 +51,7 @@ while [ $# -gt 0 ]; do
     --cpu-arch) cpu_arch="$2"; shift 2 ;;
     --jobs) jobs="$2"; shift 2 ;;
     --max-mib) max_mib="$2"; shift 2 ;;
-    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
+    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) echo "gpu-bundle: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done

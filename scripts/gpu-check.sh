@@ -41,7 +41,7 @@ while [ $# -gt 0 ]; do
     --nvme-path) nvme="$2"; shift 2 ;;
     --budget) budget="$2"; shift 2 ;;
     --unpack) unpack_only=1; shift ;;
-    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) echo "gpu-check: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
