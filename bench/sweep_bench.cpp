@@ -25,12 +25,12 @@ Tier parse_tier(const std::string& s, const std::string& spec) {
        "write placements as params:optimizer[:grads] with device, host or nvme, e.g. host:nvme");
 }
 
-struct Placement {
+struct SweepPlacement {  // one --placements entry: its spelling and tiers
   std::string name;
   Tier params, optimizer, grads;
 };
 
-Placement parse_placement(const std::string& spec) {
+SweepPlacement parse_placement(const std::string& spec) {
   std::vector<std::string> parts;
   size_t start = 0;
   while (true) {
@@ -41,7 +41,7 @@ Placement parse_placement(const std::string& spec) {
   }
   if (parts.size() < 2 || parts.size() > 3)
     fail("bench::sweep", str("placement '", spec, "' is not params:optimizer[:grads]"));
-  Placement p{spec, parse_tier(parts[0], spec), parse_tier(parts[1], spec), Tier::device};
+  SweepPlacement p{spec, parse_tier(parts[0], spec), parse_tier(parts[1], spec), Tier::device};
   p.grads = parts.size() == 3 ? parse_tier(parts[2], spec)
                               : (p.optimizer == Tier::device ? Tier::device : Tier::host);
   return p;
@@ -63,7 +63,7 @@ nlohmann::json run_sweep(Communicator& world, const SweepOptions& o) {
   Config base = load_config(o.config_path, o.overrides);
   if (base.train.steps < 2)
     fail("bench::sweep", "train.steps must be at least 2 (the first step is warm-up)");
-  std::vector<Placement> placements;
+  std::vector<SweepPlacement> placements;
   for (const auto& s : o.placements) placements.push_back(parse_placement(s));
   bool any_nvme = false;
   for (const auto& p : placements) any_nvme |= p.params == Tier::nvme || p.optimizer == Tier::nvme;

@@ -15,10 +15,10 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "kernels/rope_tables.h"
+#include "offload/placement.h"  // Tier
 
 namespace strata {
 
-enum class Tier { device, host, nvme };
 enum class Precision { fp32, bf16 };
 enum class Schedule { constant, cosine };
 

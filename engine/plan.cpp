@@ -1,6 +1,6 @@
 // engine/plan.cpp — the memory plan: per-rank bytes of every state on its tier, the gathered
-// working set, staging pools and activations, from the same layout and the same decisions
-// (engine/zero.h) the engine allocates with; then each tier against its limit.
+// working set, staging pools and activations, from the same layout and the same placement
+// decisions (offload/placement.h) the engine allocates with; then each tier against its limit.
 #include "engine/plan.h"
 
 #include <sys/statvfs.h>
@@ -51,7 +51,7 @@ bool MemoryPlan::fits() const {
 MemoryPlan plan_memory(const Config& c, int dp, const PlanMachine& machine) {
   const int tp = c.parallel.tp;
   LlamaModel model(c.model, dp, tp, 0);  // tp rank 0 holds the largest vocabulary part
-  const ZeroOptions zo = zero_options(c);
+  const Placement pl = zero_options(c).placement;
   MemoryPlan p;
   p.params = model.num_params();
   p.ranks_here = machine.ranks_here > 0
@@ -65,9 +65,9 @@ MemoryPlan plan_memory(const Config& c, int dp, const PlanMachine& machine) {
     full = std::max<uint64_t>(full, u.layout.padded_numel());
     max_shard = std::max<uint64_t>(max_shard, u.layout.shard_numel());
   }
-  const bool bf16 = c.train.precision == Precision::bf16;
-  const uint64_t esz = bf16 ? 2 : 4;
-  const Tier grads = effective_grads_tier(zo);
+  const bool bf16 = pl.compute == DType::bf16;
+  const uint64_t esz = pl.param_elem_bytes();
+  const Tier grads = pl.grads_tier();
   auto row = [&](Tier t, const std::string& what, uint64_t bytes, bool pinned = false) {
     if (bytes == 0) return;
     std::string tier = t == Tier::device ? "device" : t == Tier::nvme ? "nvme" : pinned ? "pinned" : "host";
@@ -75,20 +75,20 @@ MemoryPlan plan_memory(const Config& c, int dp, const PlanMachine& machine) {
   };
 
   // Shards.
-  row(zo.optimizer, "master weights (f32 shard)", mul(shard, 4));
-  row(zo.optimizer, "AdamW m and v (f32 shards)", mul(shard, 8));
+  row(pl.optimizer, "master weights (f32 shard)", mul(shard, 4));
+  row(pl.optimizer, "AdamW m and v (f32 shards)", mul(shard, 8));
   row(grads, "gradients (f32 shard)", mul(shard, 4), true);
-  if (!zero_param_is_master(zo))
-    row(zo.params, bf16 ? "compute copy (bf16 shard)" : "compute copy (f32 shard)", mul(shard, esz), true);
+  if (!pl.param_is_master())
+    row(pl.params, bf16 ? "compute copy (bf16 shard)" : "compute copy (f32 shard)", mul(shard, esz), true);
   // The gathered working set.
-  if (!zero_direct_params(zo, dp)) {
-    uint64_t slots = uint64_t(zero_param_slots(zo, model.num_units()));
+  if (!pl.direct_params(dp)) {
+    uint64_t slots = uint64_t(pl.param_slots(model.num_units()));
     uint64_t per = add(mul(full, bf16 ? 6 : 4),
-                       dp > 1 && zo.params != Tier::device ? mul(max_shard, esz) : 0);
+                       dp > 1 && pl.params != Tier::device ? mul(max_shard, esz) : 0);
     row(Tier::device, str("gathered parameters (", slots, " units)"), mul(slots, per));
   }
-  if (!zero_aliased_grads(zo, dp)) {
-    uint64_t slots = uint64_t(zero_grad_slots(zo));
+  if (!pl.aliased_grads(dp)) {
+    uint64_t slots = uint64_t(pl.grad_slots());
     row(Tier::device, str("full gradients (", slots, " units)"), mul(mul(slots, full), 4));
     if (dp > 1) row(Tier::device, "reduce-scatter result (1 shard)", mul(max_shard, 4));
   }
@@ -103,12 +103,12 @@ MemoryPlan plan_memory(const Config& c, int dp, const PlanMachine& machine) {
       logits);
   // Pinned staging pools.
   uint64_t pools = 0;
-  if (zero_chunk_io(zo)) {
-    uint64_t b = mul(12, zero_chunk_bytes(zo, max_shard));
+  if (pl.chunk_io()) {
+    uint64_t b = mul(12, pl.chunk_bytes(max_shard, kShardAlignElems));
     row(Tier::host, "NVMe optimizer pipeline staging (3 sets x 4 chunks)", b, true);
     pools = add(pools, b);
   }
-  if (zero_nvme_params(zo)) {
+  if (pl.nvme_params()) {
     const uint64_t shard_bytes = mul(max_shard, esz);
     uint64_t want = mul(uint64_t(c.offload.prefetch) + 1, shard_bytes);
     uint64_t b = want;
@@ -128,8 +128,8 @@ MemoryPlan plan_memory(const Config& c, int dp, const PlanMachine& machine) {
   p.checks.push_back({"device memory per rank", device_need, device_limit,
                       c.offload.device_mem_limit ? "offload.device_mem_limit" : "the device's size"});
   if (c.offload.pinned_mem_limit && pools > 0) {
-    uint64_t min_pools = add(zero_chunk_io(zo) ? mul(12, zero_chunk_bytes(zo, max_shard)) : 0,
-                             zero_nvme_params(zo) ? mul(max_shard, esz) : 0);
+    uint64_t min_pools = add(pl.chunk_io() ? mul(12, pl.chunk_bytes(max_shard, kShardAlignElems)) : 0,
+                             pl.nvme_params() ? mul(max_shard, esz) : 0);
     p.checks.push_back({"pinned staging per rank (at least one unit)", min_pools,
                         c.offload.pinned_mem_limit, "offload.pinned_mem_limit"});
   }

@@ -55,48 +55,21 @@ void for_each_segment(const FlatLayout& L, size_t begin, size_t end, Fn fn) {
 
 }  // namespace
 
-Tier effective_grads_tier(const ZeroOptions& o) {
-  return o.optimizer == Tier::device ? o.grads : Tier::host;
-}
-bool zero_param_is_master(const ZeroOptions& o) {
-  return o.precision == Precision::fp32 && o.params == o.optimizer;
-}
-bool zero_direct_params(const ZeroOptions& o, int dp) {
-  return dp == 1 && o.precision == Precision::fp32 && o.params == Tier::device;
-}
-bool zero_aliased_grads(const ZeroOptions& o, int dp) {
-  return dp == 1 && effective_grads_tier(o) == Tier::device && o.grad_accum == 1;
-}
-uint64_t zero_chunk_bytes(const ZeroOptions& o, size_t max_shard_elems) {
-  const uint64_t unit = kShardAlignElems * 4;  // shards are multiples of this
-  return std::clamp<uint64_t>(o.optimizer_chunk / unit * unit, unit, uint64_t(max_shard_elems) * 4);
-}
-bool zero_nvme_params(const ZeroOptions& o) { return o.params == Tier::nvme; }
-int zero_param_slots(const ZeroOptions& o, int units) {
-  if (!o.reshard_after_forward) return units;
-  return o.prefetch + 1 + (o.keep_embedding ? 1 : 0);
-}
-int zero_grad_slots(const ZeroOptions& o) {
-  return 2 + (o.prefetch > 0 ? 1 : 0) + (o.keep_embedding ? 1 : 0);
-}
-bool zero_chunk_io(const ZeroOptions& o) {
-  return o.optimizer == Tier::nvme || (o.params == Tier::nvme && !zero_param_is_master(o));
-}
-
 ZeroOptions zero_options(const Config& cfg) {
   ZeroOptions zo;
-  zo.precision = cfg.train.precision;
-  zo.prefetch = cfg.zero.prefetch;
-  zo.keep_embedding = cfg.model.tie_embeddings;
-  zo.reshard_after_forward = cfg.zero.reshard_after_forward;
-  zo.grad_accum = cfg.train.grad_accum;
-  zo.params = cfg.offload.params;
-  zo.grads = cfg.offload.grads;
-  zo.optimizer = cfg.offload.optimizer;
+  Placement& p = zo.placement;
+  p.params = cfg.offload.params;
+  p.grads = cfg.offload.grads;
+  p.optimizer = cfg.offload.optimizer;
+  p.compute = cfg.train.precision == Precision::bf16 ? DType::bf16 : DType::f32;
+  p.prefetch = cfg.zero.prefetch;
+  p.keep_embedding = cfg.model.tie_embeddings;
+  p.reshard_after_forward = cfg.zero.reshard_after_forward;
+  p.grad_accum = cfg.train.grad_accum;
+  p.optimizer_chunk = cfg.offload.optimizer_chunk;
   zo.nvme_path = cfg.offload.nvme_path;
   zo.pinned_mem_limit = cfg.offload.pinned_mem_limit;
   zo.nvme_prefetch = cfg.offload.prefetch;
-  zo.optimizer_chunk = cfg.offload.optimizer_chunk;
   zo.io_backend = cfg.io.backend;
   zo.io_queue_depth = cfg.io.queue_depth;
   zo.io_block_size = cfg.io.block_size;
@@ -109,24 +82,24 @@ ZeroEngine::ZeroEngine(const LlamaModel& model, Device& device, Communicator& dp
                        Stream& comm, Stream& reduce, const ZeroOptions& options, Communicator* tp)
     : model_(model), device_(device), dp_(dp), tp_(tp), dp_reduce_(dp.split(0, dp.rank())),
       compute_(compute), comm_(comm), reduce_(reduce), opt_(options),
-      grads_tier_(effective_grads_tier(options)) {
+      grads_tier_(options.placement.grads_tier()) {
   dp_reduce_->set_name(dp.name() + " (reductions)");
   STRATA_CHECK(model.unit(0).layout.dp() == dp.size(), "zero::init", "layouts finalized for dp=",
                model.unit(0).layout.dp(), " but the data-parallel group has ", dp.size(), " ranks");
-  STRATA_CHECK(opt_.grads != Tier::nvme, "zero::init", "gradients cannot live on NVMe");
+  STRATA_CHECK(place_.grads != Tier::nvme, "zero::init", "gradients cannot live on NVMe");
   const bool host_ok = device.host_addressable();
-  if (!host_ok && opt_.optimizer == Tier::device && opt_.params != Tier::device)
+  if (!host_ok && place_.optimizer == Tier::device && place_.params != Tier::device)
     fail("zero::init",
-         str("offload.params = ", tier_name(opt_.params), " with offload.optimizer = device: the "
+         str("offload.params = ", tier_name(place_.params), " with offload.optimizer = device: the "
              "device's AdamW would write the compute copy into memory it cannot address"),
          "offload the optimizer states too (offload.optimizer = host or nvme): they are 12 of the "
          "16 bytes per parameter, the compute copy only 2 or 4");
-  const bool bf16 = opt_.precision == Precision::bf16;
+  const bool bf16 = place_.compute == DType::bf16;
   const size_t esz = param_elem_bytes();
 
   // ---- the NVMe tier: swap space, its FileIO and the swapper thread ----
-  const bool nvme_params = zero_nvme_params(opt_);
-  const bool nvme_opt = opt_.optimizer == Tier::nvme;
+  const bool nvme_params = place_.nvme_params();
+  const bool nvme_opt = place_.optimizer == Tier::nvme;
   if (nvme_params || nvme_opt) {
     if (opt_.nvme_path.empty())
       fail("zero::init", "a state is placed on nvme but offload.nvme_path is empty",
@@ -179,29 +152,29 @@ ZeroEngine::ZeroEngine(const LlamaModel& model, Device& device, Communicator& dp
     Unit& s = units_[size_t(u)];
     const size_t n = model.unit(u).layout.shard_numel();
     const std::string k = str("unit", u, "/");
-    place(s.master, opt_.optimizer, n * 4, k + "master", "master weights shard", false);
-    place(s.m, opt_.optimizer, n * 4, k + "m", "AdamW m shard", false);
-    place(s.v, opt_.optimizer, n * 4, k + "v", "AdamW v shard", false);
+    place(s.master, place_.optimizer, n * 4, k + "master", "master weights shard", false);
+    place(s.m, place_.optimizer, n * 4, k + "m", "AdamW m shard", false);
+    place(s.v, place_.optimizer, n * 4, k + "v", "AdamW v shard", false);
     place(s.grad, grads_tier_, n * 4, "", "gradient shard", true);
     if (!param_is_master())
-      place(s.param, opt_.params, n * esz, k + "param", bf16 ? "bf16 parameter shard" : "f32 parameter shard", true);
+      place(s.param, place_.params, n * esz, k + "param", bf16 ? "bf16 parameter shard" : "f32 parameter shard", true);
   }
 
   // ---- slots ----
   const size_t full = max_padded(model), shard = max_shard(model);
   if (!direct_params()) {
-    param_slots_.resize(size_t(zero_param_slots(opt_, model.num_units())));
+    param_slots_.resize(size_t(place_.param_slots(model.num_units())));
     for (auto& sl : param_slots_) {
       sl.full = device.alloc(full * 4, "gathered parameters");
       if (bf16) sl.full16 = device.alloc(full * 2, "gathered bf16 parameters");
-      if (dp.size() > 1 && opt_.params != Tier::device)
+      if (dp.size() > 1 && place_.params != Tier::device)
         sl.shard = device.alloc(shard * esz, "staged parameter shard");
       sl.ready = device.make_event();
       sl.free = device.make_event();
     }
   }
   if (!aliased_grads()) {
-    int n_slots = zero_grad_slots(opt_);
+    int n_slots = place_.grad_slots();
     grad_slots_.resize(size_t(n_slots));
     for (auto& sl : grad_slots_) {
       sl.full = device.alloc(full * 4, "full gradient");
@@ -214,7 +187,7 @@ ZeroEngine::ZeroEngine(const LlamaModel& model, Device& device, Communicator& dp
   }
   // The CPU AdamW refreshes a device-resident compute copy through pinned staging when the host
   // cannot address device memory.
-  if (!host_ok && opt_.optimizer != Tier::device && opt_.params == Tier::device && !param_is_master())
+  if (!host_ok && place_.optimizer != Tier::device && place_.params == Tier::device && !param_is_master())
     param_stage_ = device.alloc_host(shard * esz, true, "compute copy staging");
   size_t n_ranges = 0;
   for (int u = 0; u < model.num_units(); ++u) {
@@ -227,8 +200,8 @@ ZeroEngine::ZeroEngine(const LlamaModel& model, Device& device, Communicator& dp
   norm_host_ = device.alloc_host(n_ranges * 8, true, "gradient norm partial sums");
 
   // ---- pinned staging pools (budget offload.pinned_mem_limit) ----
-  const uint64_t chunk_bytes = zero_chunk_bytes(opt_, shard);
-  const bool chunk_io = zero_chunk_io(opt_);
+  const uint64_t chunk_bytes = place_.chunk_bytes(shard, kShardAlignElems);
+  const bool chunk_io = place_.chunk_io();
   const uint64_t chunk_need = chunk_io ? 3 * 4 * chunk_bytes : 0;
   const uint64_t pinned_min = chunk_need + (nvme_params ? shard * esz : 0);
   if (opt_.pinned_mem_limit && opt_.pinned_mem_limit < pinned_min)
@@ -295,9 +268,9 @@ ZeroEngine::~ZeroEngine() {
   }
 }
 
-bool ZeroEngine::param_is_master() const { return zero_param_is_master(opt_); }
-bool ZeroEngine::direct_params() const { return zero_direct_params(opt_, dp_.size()); }
-bool ZeroEngine::aliased_grads() const { return zero_aliased_grads(opt_, dp_.size()); }
+bool ZeroEngine::param_is_master() const { return place_.param_is_master(); }
+bool ZeroEngine::direct_params() const { return place_.direct_params(dp_.size()); }
+bool ZeroEngine::aliased_grads() const { return place_.aliased_grads(dp_.size()); }
 
 const ZeroEngine::Shard& ZeroEngine::param_shard(const Unit& s) const {
   return param_is_master() ? s.master : s.param;
@@ -348,7 +321,7 @@ void ZeroEngine::write_shard(Shard& sh, size_t esz, size_t begin, size_t count, 
 void ZeroEngine::write_master_values(Unit& s, size_t begin, size_t count, const float* values) {
   write_shard(s.master, 4, begin, count, values);
   if (param_is_master()) return;
-  if (opt_.precision == Precision::bf16) {
+  if (place_.compute == DType::bf16) {
     std::vector<uint16_t> b(count);
     convert_f32_to_bf16(values, b.data(), count);
     write_shard(s.param, 2, begin, count, b.data());
@@ -472,7 +445,7 @@ void ZeroEngine::prefetch(int u) {
   s.slot = int(&sl - param_slots_.data());
   watchdog_set_unit(model_.unit(u).name);  // the context the gather is reported with
   const FlatLayout& L = model_.unit(u).layout;
-  const bool bf16 = opt_.precision == Precision::bf16;
+  const bool bf16 = place_.compute == DType::bf16;
   const size_t n = L.shard_numel(), bytes = n * param_elem_bytes();
   const CommType ct = bf16 ? CommType::bf16 : CommType::f32;
   void* gathered = bf16 ? sl.full16.data() : sl.full.data();
@@ -648,7 +621,7 @@ void ZeroEngine::optimizer_step(const AdamWHyper& hyper, int64_t step, float gra
   comm_.synchronize();
   reduce_.synchronize();
   for (int u = 0; u < model_.num_units(); ++u) {
-    if (opt_.optimizer == Tier::device && !device_.host_addressable())
+    if (place_.optimizer == Tier::device && !device_.host_addressable())
       step_unit_on_device(u, hyper, step, grad_scale, decay_norms);
     else
       step_unit_chunked(u, hyper, step, grad_scale, decay_norms);
@@ -665,7 +638,7 @@ void ZeroEngine::step_unit_on_device(int u, const AdamWHyper& hyper, int64_t ste
   Unit& s = units_[size_t(u)];
   const FlatLayout& L = model_.unit(u).layout;
   const size_t n = L.shard_numel(), base = size_t(dp_.rank()) * n;
-  const bool bf16 = opt_.precision == Precision::bf16;
+  const bool bf16 = place_.compute == DType::bf16;
   for_each_segment(L, base, base + n, [&](size_t lo, size_t hi, bool is_norm) {
     AdamWHyper h = hyper;
     if (is_norm && !decay_norms) h.weight_decay = 0.0f;
@@ -689,13 +662,13 @@ void ZeroEngine::step_unit_chunked(int u, const AdamWHyper& hyper, int64_t step,
   Unit& s = units_[size_t(u)];
   const FlatLayout& L = model_.unit(u).layout;
   const size_t n = L.shard_numel(), base = size_t(dp_.rank()) * n;
-  const bool bf16 = opt_.precision == Precision::bf16;
+  const bool bf16 = place_.compute == DType::bf16;
   const size_t esz = param_elem_bytes();
   const bool separate_param = !param_is_master();
   const size_t chunk = chunk_pool_ ? chunk_pool_->buffer_bytes() / 4 : n;  // elements
   const size_t nchunks = (n + chunk - 1) / chunk;
   Shard* states[3] = {&s.master, &s.m, &s.v};
-  const bool opt_nvme = opt_.optimizer == Tier::nvme;
+  const bool opt_nvme = place_.optimizer == Tier::nvme;
   const bool param_nvme = separate_param && s.param.tier == Tier::nvme;
 
   ChunkSet sets[3];

@@ -35,6 +35,7 @@
 #include "engine/model.h"
 #include "io/fault_backend.h"
 #include "kernels/device.h"
+#include "offload/placement.h"
 #include "optimizer/adamw.h"
 
 namespace strata {
@@ -48,22 +49,14 @@ class Swapper;
 class PinnedPool;
 
 struct ZeroOptions {
-  Precision precision = Precision::fp32;
-  int prefetch = 1;                 // units gathered ahead (zero.prefetch)
-  bool keep_embedding = false;      // hold unit 0 gathered for the whole step (tied embeddings)
-  // false: a unit's gathered parameters stay from its forward to its backward (one slot per
-  // unit; no second gather), as FSDP's reshard_after_forward=False.
-  bool reshard_after_forward = true;
-  int grad_accum = 1;               // micro-batches per step (train.grad_accum)
+  // Where each kind of state lives, the compute copy's dtype and the schedule knobs the slot
+  // counts depend on (offload/placement.h: the decisions the engine and the plan share).
+  Placement placement;
   std::optional<AdamIsa> adam_isa;  // force a CPU AdamW path (tests); default: the active one
-  // Placement (offload section).
-  Tier params = Tier::device;
-  Tier grads = Tier::device;
-  Tier optimizer = Tier::device;
+  // NVMe staging (offload section).
   std::vector<std::string> nvme_path;
   uint64_t pinned_mem_limit = 0;    // 0: as the plan needs
   int nvme_prefetch = 2;            // offload.prefetch: NVMe reads ahead, in units
-  uint64_t optimizer_chunk = 64ull << 20;
   // I/O (io section) and, for tests, faults to inject into the NVMe backend.
   std::string io_backend = "auto";
   int io_queue_depth = 32;
@@ -75,25 +68,6 @@ struct ZeroOptions {
 
 // The engine's options from a config (offload, zero, io sections and train.precision).
 ZeroOptions zero_options(const Config& config);
-// The grads tier in effect: optimizer states off the device pull gradients to host memory.
-Tier effective_grads_tier(const ZeroOptions& o);
-// Decisions the engine and the plan share, so the plan counts exactly what is allocated.
-bool zero_param_is_master(const ZeroOptions& o);          // the compute copy is the master
-bool zero_direct_params(const ZeroOptions& o, int dp);    // no parameter slots at all
-// No gradient slots at all: one rank, device gradients and one micro-batch per step. (With
-// several micro-batches the backward must sum each micro-batch into a zeroed buffer and add it
-// to the shard, as every other placement does, or the rounding of the sums would differ.)
-bool zero_aliased_grads(const ZeroOptions& o, int dp);
-// Optimizer pipeline chunk (bytes per array): offload.optimizer_chunk, no larger than a shard.
-uint64_t zero_chunk_bytes(const ZeroOptions& o, size_t max_shard_elems);
-bool zero_nvme_params(const ZeroOptions& o);   // the compute copy is read from NVMe every pass
-// Full-gradient slots: two (one in backward, one being reduced), a third when prefetching so a
-// reduce-scatter finishing late does not stall the backward, one more for a tied embedding.
-int zero_grad_slots(const ZeroOptions& o);
-// Gathered-parameter slots: zero.prefetch + 1 (+ 1 for a tied embedding held through the step),
-// or one per unit when units stay gathered from forward to backward.
-int zero_param_slots(const ZeroOptions& o, int units);
-bool zero_chunk_io(const ZeroOptions& o);      // the optimizer step moves chunks through NVMe
 
 // What this rank holds, by the engine's own accounting.
 struct ZeroMemory {
@@ -189,7 +163,7 @@ class ZeroEngine {
   bool direct_params() const;   // acquire() returns the device shard itself (no slot)
   bool aliased_grads() const;   // backward accumulates straight into the device grad shard
   bool param_is_master() const; // the compute copy is the master shard
-  size_t param_elem_bytes() const { return opt_.precision == Precision::bf16 ? 2 : 4; }
+  size_t param_elem_bytes() const { return place_.param_elem_bytes(); }
   const Shard& param_shard(const Unit& s) const;
   void fetch_param(int u);      // start the NVMe read of unit u's compute copy
   // Reads / writes elements [begin, begin + count) of a shard from / to host memory.
@@ -212,6 +186,7 @@ class ZeroEngine {
   Stream& comm_;
   Stream& reduce_;
   ZeroOptions opt_;
+  const Placement& place_ = opt_.placement;
   Tier grads_tier_;
   std::vector<Unit> units_;
   std::vector<Slot> param_slots_;

@@ -1,0 +1,57 @@
+// offload/placement.h — the tiers, where each kind of state lives, and the decisions that follow
+// from it: which states are one and the same, how many gathered and gradient slots the device
+// holds, whether NVMe staging is needed and in what chunks. The ZeRO engine allocates by these
+// decisions and the memory plan counts by them, so the plan counts exactly what is allocated.
+//
+// A value type: it allocates nothing and reads no config (engine/zero.cpp builds one from the
+// offload, zero and train sections). Byte counts that need the model's layout take its numbers
+// as arguments, so offload/ stays below engine/.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace strata {
+
+enum class Tier { device, host, nvme };
+
+struct Placement {
+  // Where each kind of state lives (offload.params, offload.grads, offload.optimizer).
+  Tier params = Tier::device;     // the compute copy of the parameters
+  Tier grads = Tier::device;      // f32 gradient shards, as configured (grads_tier() is in effect)
+  Tier optimizer = Tier::device;  // f32 master weights, AdamW m and v
+  DType compute = DType::f32;     // the compute copy: f32 or bf16 (train.precision)
+  // What the slot counts and the aliasing depend on.
+  int prefetch = 1;                    // units gathered ahead (zero.prefetch)
+  bool keep_embedding = false;         // unit 0 stays gathered through the step (tied embeddings)
+  bool reshard_after_forward = true;   // false: one slot per unit, forward to backward
+  int grad_accum = 1;                  // micro-batches per step (train.grad_accum)
+  uint64_t optimizer_chunk = 64ull << 20;  // offload.optimizer_chunk, bytes per array
+
+  // The grads tier in effect: optimizer states off the device pull gradients to host memory.
+  Tier grads_tier() const;
+  size_t param_elem_bytes() const { return dtype_bytes(compute); }
+  // The compute copy is the master shard itself (f32, on the optimizer's tier).
+  bool param_is_master() const;
+  // No parameter slots at all: acquire() hands out the device shard (one rank, f32 on device).
+  bool direct_params(int dp) const;
+  // No gradient slots at all: one rank, device gradients and one micro-batch per step. (With
+  // several micro-batches the backward must sum each micro-batch into a zeroed buffer and add it
+  // to the shard, as every other placement does, or the rounding of the sums would differ.)
+  bool aliased_grads(int dp) const;
+  bool nvme_params() const;  // the compute copy is read from NVMe every pass
+  bool chunk_io() const;     // the optimizer step moves chunks through NVMe
+  // Gathered-parameter slots: prefetch + 1 (+ 1 for a tied embedding held through the step),
+  // or one per unit when units stay gathered from forward to backward.
+  int param_slots(int units) const;
+  // Full-gradient slots: two (one in backward, one being reduced), a third when prefetching so a
+  // reduce-scatter finishing late does not stall the backward, one more for a tied embedding.
+  int grad_slots() const;
+  // Optimizer pipeline chunk in bytes per array: optimizer_chunk rounded down to whole
+  // `align_elems` f32 elements (shards are multiples of it), at least one, at most a shard.
+  uint64_t chunk_bytes(uint64_t max_shard_elems, uint64_t align_elems) const;
+};
+
+}  // namespace strata
