@@ -20,6 +20,7 @@
 #include "engine/file_util.h"
 #include "engine/model.h"
 #include "engine/safetensors.h"
+#include "engine/test_hooks.h"
 #include "core/dtype.h"
 
 namespace strata {
@@ -379,12 +380,12 @@ CheckpointManifest read_manifest(const std::string& step_dir) {
 }
 
 void commit_checkpoint(const std::string& root, const CheckpointManifest& manifest, int keep,
-                       const CheckpointHook& hook) {
+                       const TestHooks* hooks) {
   constexpr const char* where = "checkpoint::commit";
   const std::string name = checkpoint_step_name(manifest.step);
   const std::string tmp = (fs::path(root) / (name + ".tmp")).string();
   const std::string final_dir = (fs::path(root) / name).string();
-  if (hook) hook("manifest", manifest.step);
+  run_checkpoint_hook(hooks, "manifest", manifest.step);
   const std::string text = manifest.to_json().dump(1) + "\n";
   // The manifest's own checksum goes first: a folder counts as complete once manifest.json is
   // there, and a complete folder always has both.
@@ -392,13 +393,13 @@ void commit_checkpoint(const std::string& root, const CheckpointManifest& manife
                               hash_hex(XXH64(text.data(), text.size(), 0)) + "  " + kManifest + "\n", where);
   fileutil::write_file_atomic((fs::path(tmp) / kManifest).string(), text, where);
   sync_dir(tmp, where);
-  if (hook) hook("rename", manifest.step);
+  run_checkpoint_hook(hooks, "rename", manifest.step);
   std::error_code ec;
   if (fs::exists(final_dir, ec)) fs::remove_all(final_dir, ec);  // a step saved again (resumed run)
   fs::rename(tmp, final_dir, ec);
   if (ec) fail(where, str("cannot rename '", tmp, "' to '", final_dir, "': ", ec.message()));
   sync_dir(root, where);
-  if (hook) hook("latest", manifest.step);
+  run_checkpoint_hook(hooks, "latest", manifest.step);
   fileutil::write_file_atomic((fs::path(root) / kLatest).string(), name + "\n", where);
   // Prune: the newest `keep` complete checkpoints stay; so does every folder being written
   // (a .tmp of a later step); stale .tmp folders of earlier steps are leftovers of a crash.

@@ -12,7 +12,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -24,6 +23,7 @@ namespace strata {
 class LlamaModel;
 struct ModelConfig;
 enum class DType : uint8_t;
+struct TestHooks;
 
 // Version 2: 2-D pieces (rows, row_stride), files per world rank, tensor parallelism. Version 1
 // (no 2-D pieces, written before tensor-parallel checkpoints) is still read.
@@ -118,17 +118,13 @@ std::string resolve_checkpoint(const std::string& dir);
 std::vector<std::pair<int64_t, std::string>> complete_checkpoints(const std::string& root);
 CheckpointManifest read_manifest(const std::string& step_dir);
 
-// Hooks for fault tests: called at each phase of a save ("shard" half-way through a rank file,
-// "manifest" before the manifest is written, "rename" before step_N.tmp is renamed, "latest"
-// before `latest` moves) with the step being saved. Empty: nothing.
-using CheckpointHook = std::function<void(const char* phase, int64_t step)>;
-
 // Rank 0, once every rank's file is written and fsynced: writes and fsyncs the manifest in
 // ROOT/step_N.tmp, fsyncs the folder, renames it to step_N, fsyncs ROOT, replaces ROOT/latest,
 // then removes complete checkpoints older than the newest `keep` and stale step_K.tmp folders
-// with K < N (never the newest complete one, never one being written).
+// with K < N (never the newest complete one, never one being written). hooks: tests only
+// (engine/test_hooks.h: a callback at each phase).
 void commit_checkpoint(const std::string& root, const CheckpointManifest& manifest, int keep,
-                       const CheckpointHook& hook);
+                       const TestHooks* hooks = nullptr);
 
 // xxHash64 (seed 0) of a whole file, read in large pieces.
 uint64_t checkpoint_file_hash(const std::string& path);

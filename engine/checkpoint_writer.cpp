@@ -19,7 +19,7 @@
 #include "core/trace.h"
 #include "core/watchdog.h"
 #include "comm/comm.h"
-#include "io/backend.h"
+#include "engine/test_hooks.h"
 #include "io/file_io.h"
 #include "kernels/device.h"
 
@@ -51,9 +51,8 @@ CheckpointWriter::CheckpointWriter(Communicator& comm, CheckpointWriterOptions o
   io.queue_depth = opt_.io_queue_depth;
   io.block_size = opt_.io_block_size;
   io.name = "checkpoint";
-  fio_ = opt_.io_faults.empty()
-             ? make_file_io(io, std::vector<std::string>{opt_.root})
-             : std::make_unique<FileIO>(make_fault_backend(make_posix_backend(io.queue_depth), opt_.io_faults), io);
+  fio_ = make_file_io_with_faults(io, std::vector<std::string>{opt_.root},
+                                  opt_.test_hooks ? &opt_.test_hooks->checkpoint_io_faults : nullptr);
   worker_ = std::thread([this] { run(); });
 }
 
@@ -190,7 +189,7 @@ void CheckpointWriter::save(Job& job) {
     for (int r = 0; r < n; ++r)
       m.files.push_back(CheckpointFile{checkpoint_rank_file(r), all.as<uint64_t>()[2 * r],
                                        all.as<uint64_t>()[2 * r + 1]});
-    commit_checkpoint(opt_.root, m, opt_.keep, opt_.hook);
+    commit_checkpoint(opt_.root, m, opt_.keep, opt_.test_hooks.get());
   }
   comm_.barrier(*stream_);  // when a save is done on any rank, it is committed
   stream_->synchronize();
@@ -340,7 +339,7 @@ void CheckpointWriter::write_file(Job& job, const std::string& path, uint64_t& b
       written += len;
       if (!hooked && written * 2 >= total) {
         hooked = true;
-        if (opt_.hook) opt_.hook("shard", job.manifest.step);
+        run_checkpoint_hook(opt_.test_hooks.get(), "shard", job.manifest.step);
       }
     }
   }

@@ -23,7 +23,6 @@
 
 #include "engine/checkpoint.h"
 #include "kernels/device.h"
-#include "io/fault_backend.h"
 
 namespace strata {
 
@@ -31,6 +30,7 @@ class Communicator;
 class Device;
 class FileIO;
 class Stream;
+struct TestHooks;
 
 // Where the writer reads one rank's blocks from (implemented by the ZeRO engine).
 class CheckpointSource {
@@ -54,8 +54,9 @@ struct CheckpointWriterOptions {
   std::string io_backend = "auto";
   int io_queue_depth = 32;
   uint64_t io_block_size = 1u << 20;
-  CheckpointHook hook;             // fault tests: called at each phase of a save
-  std::vector<FaultRule> io_faults;  // tests: the POSIX backend under a fault injector
+  // Tests only (engine/test_hooks.h: faults in the file writes, a callback at each phase of a
+  // save); null in a real run.
+  std::shared_ptr<const TestHooks> test_hooks;
 };
 
 // What the writer measured of the last save that finished.

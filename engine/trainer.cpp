@@ -18,6 +18,7 @@
 #include "core/trace.h"
 #include "core/watchdog.h"
 #include "engine/checkpoint_writer.h"
+#include "engine/test_hooks.h"
 #include "comm/comm_nccl.h"
 #include "engine/data.h"
 #include "comm/mesh.h"
@@ -236,8 +237,7 @@ struct Trainer::Impl {
                                            cfg.zero.activation_checkpointing, cfg.train.grad_accum,
                                            TpOptions{tpc, kvc, cfg.parallel.sequence_parallel});
     ZeroOptions zo = zero_options(cfg);
-    zo.adam_isa = opt.adam_isa;
-    zo.io_faults = opt.io_faults;
+    zo.test_hooks = opt.test_hooks;
     zero = std::make_unique<ZeroEngine>(*model, *device, *dpc, *compute, *comm, *reduce, zo, tpc);
     if (!resume_dir.empty()) {
       resume_from_checkpoint();
@@ -256,8 +256,7 @@ struct Trainer::Impl {
       wo.io_backend = cfg.io.backend;
       wo.io_queue_depth = cfg.io.queue_depth;
       wo.io_block_size = cfg.io.block_size;
-      wo.hook = opt.checkpoint_hook;
-      wo.io_faults = opt.checkpoint_io_faults;
+      wo.test_hooks = opt.test_hooks;
       writer = std::make_unique<CheckpointWriter>(*ckpt_comm, wo);
     }
 
@@ -354,7 +353,7 @@ struct Trainer::Impl {
     r.step = steps_done + 1;
     watchdog_set_step(r.step);
     if (writer) writer->poll();  // a save that failed ends the run here
-    if (opt.before_step) opt.before_step(r.step);
+    if (opt.test_hooks && opt.test_hooks->before_step) opt.test_hooks->before_step(r.step);
     auto t0 = Clock::now();
     const double waited0 = compute->waited_ms();
     runner->reset_loss();

@@ -27,6 +27,8 @@
 
 namespace strata {
 
+struct TestHooks;
+
 struct StepRecord {
   int64_t step = 0;        // 1-based
   double loss = 0;
@@ -70,16 +72,13 @@ struct TrainerOptions {
   // End the run after this step (> 0), as an interruption would — after saving it when
   // checkpoint.dir is set; the LR schedule still spans train.steps. 0: run to train.steps.
   int64_t stop_after = 0;
-  CheckpointHook checkpoint_hook;  // fault tests: called at each phase of a save
-  std::vector<FaultRule> checkpoint_io_faults;  // inject faults into checkpoint writes (tests)
   double peak_flops = 0;        // denominator of MFU; 0 = no MFU
   bool progress = true;         // progress line / log lines on stderr (rank 0)
   CpuOpsMode cpu_ops = CpuOpsMode::fast;  // the scalar reference ops instead (tests)
-  std::optional<AdamIsa> adam_isa;        // force a CPU AdamW path (tests, benchmarks)
-  std::vector<FaultRule> io_faults;       // inject NVMe faults (tests; POSIX backend beneath)
-  // Called on every rank before each step's first collective (fault hooks of tests and of
-  // apps/strata's STRATA_FAULT); may be empty.
-  std::function<void(int64_t step)> before_step;
+  // Fault injection and test knobs (engine/test_hooks.h: I/O faults, checkpoint phase and
+  // before-step callbacks, a forced CPU AdamW path), for tests and apps/strata's STRATA_FAULT;
+  // null in a real run.
+  std::shared_ptr<const TestHooks> test_hooks;
   // Called after every step on every rank (tests use it); may be empty.
   std::function<void(const StepRecord&)> on_step;
   // Called on every rank after a step's gradients are reduced, before clipping and AdamW

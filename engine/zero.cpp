@@ -13,9 +13,9 @@
 #include "core/size.h"
 #include "core/watchdog.h"
 #include "engine/safetensors.h"
+#include "engine/test_hooks.h"
 #include "engine/zero_state.h"
 #include "io/backend.h"
-#include "io/fault_backend.h"
 #include "io/file_io.h"
 #include "kernels/ops.h"
 #include "offload/pinned_pool.h"
@@ -84,6 +84,7 @@ ZeroEngine::ZeroEngine(const LlamaModel& model, Device& device, Communicator& dp
       compute_(compute), comm_(comm), reduce_(reduce), opt_(options),
       grads_tier_(options.placement.grads_tier()) {
   dp_reduce_->set_name(dp.name() + " (reductions)");
+  if (opt_.test_hooks) adam_isa_ = opt_.test_hooks->adam_isa;
   STRATA_CHECK(model.unit(0).layout.dp() == dp.size(), "zero::init", "layouts finalized for dp=",
                model.unit(0).layout.dp(), " but the data-parallel group has ", dp.size(), " ranks");
   STRATA_CHECK(place_.grads != Tier::nvme, "zero::init", "gradients cannot live on NVMe");
@@ -121,11 +122,8 @@ ZeroEngine::ZeroEngine(const LlamaModel& model, Device& device, Communicator& dp
     io.queue_depth = opt_.io_queue_depth;
     io.block_size = opt_.io_block_size;
     io.name = "nvme";
-    if (opt_.io_faults.empty()) {
-      io_ = make_file_io(io, opt_.nvme_path);
-    } else {  // tests: the POSIX backend under a fault injector
-      io_ = std::make_unique<FileIO>(make_fault_backend(make_posix_backend(io.queue_depth), opt_.io_faults), io);
-    }
+    io_ = make_file_io_with_faults(io, opt_.nvme_path,
+                                   opt_.test_hooks ? &opt_.test_hooks->io_faults : nullptr);
     SwapSpaceOptions so;
     so.dirs = opt_.nvme_path;
     so.capacity_bytes = need + uint64_t(model.num_units()) * 4 * opt_.io_stripe_size;
@@ -650,7 +648,7 @@ void ZeroEngine::step_unit_on_device(int u, const AdamWHyper& hyper, int64_t ste
     t.v = s.v.ptr<float>() + o;
     t.param_bf16 = bf16 ? s.param.ptr<uint16_t>() + o : nullptr;
     t.n = hi - lo;
-    adamw_update_on_stream(compute_, h, step, grad_scale, t, opt_.adam_isa);
+    adamw_update_on_stream(compute_, h, step, grad_scale, t, adam_isa_);
   });
 }
 
@@ -742,7 +740,7 @@ void ZeroEngine::step_unit_chunked(int u, const AdamWHyper& hyper, int64_t step,
       t.v = ptr[2] + o;
       t.param_bf16 = (separate_param && bf16) ? static_cast<uint16_t*>(param_out) + o : nullptr;
       t.n = b - a;
-      if (opt_.adam_isa) adamw_update_isa(*opt_.adam_isa, h, step, grad_scale, t);
+      if (adam_isa_) adamw_update_isa(*adam_isa_, h, step, grad_scale, t);
       else adamw_update(h, step, grad_scale, t);
     });
     if (separate_param && !bf16) std::memcpy(param_out, ptr[0], cnt * 4);

@@ -33,7 +33,6 @@
 #include "comm/comm.h"
 #include "engine/config.h"
 #include "engine/model.h"
-#include "io/fault_backend.h"
 #include "kernels/device.h"
 #include "offload/placement.h"
 #include "optimizer/adamw.h"
@@ -47,23 +46,24 @@ class FileIO;
 class SwapSpace;
 class Swapper;
 class PinnedPool;
+struct TestHooks;
 
 struct ZeroOptions {
   // Where each kind of state lives, the compute copy's dtype and the schedule knobs the slot
   // counts depend on (offload/placement.h: the decisions the engine and the plan share).
   Placement placement;
-  std::optional<AdamIsa> adam_isa;  // force a CPU AdamW path (tests); default: the active one
   // NVMe staging (offload section).
   std::vector<std::string> nvme_path;
   uint64_t pinned_mem_limit = 0;    // 0: as the plan needs
   int nvme_prefetch = 2;            // offload.prefetch: NVMe reads ahead, in units
-  // I/O (io section) and, for tests, faults to inject into the NVMe backend.
+  // I/O (io section).
   std::string io_backend = "auto";
   int io_queue_depth = 32;
   uint64_t io_block_size = 1ull << 20;
   uint64_t io_stripe_size = 1ull << 20;
-  std::vector<FaultRule> io_faults;
   double timeout_s = 600;           // parallel.timeout: bound of every swapper and pool wait
+  // Tests only (engine/test_hooks.h: NVMe faults, a forced CPU AdamW path); null in a real run.
+  std::shared_ptr<const TestHooks> test_hooks;
 };
 
 // The engine's options from a config (offload, zero, io sections and train.precision).
@@ -209,6 +209,7 @@ class ZeroEngine {
   // freed (the destructor also drains and stops it first).
   std::unique_ptr<Swapper> swapper_;
   ZeroTraffic traffic_;
+  std::optional<AdamIsa> adam_isa_;  // a CPU AdamW path forced by the test hooks, else none
   std::unique_ptr<Source> checkpoint_source_;
 };
 

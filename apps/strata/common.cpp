@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "engine/checkpoint.h"
+#include "engine/test_hooks.h"
 #include "comm/comm_registry.h"
 
 namespace strata::app {
@@ -73,14 +74,15 @@ void apply_fault_hooks(int rank, TrainerOptions& options) {
     }
   }
   if (rank != target) return;
+  auto hooks = std::make_shared<TestHooks>();
   if (fault == "hang") {
-    options.before_step = [step](int64_t s) {
+    hooks->before_step = [step](int64_t s) {
       if (s != step) return;
       std::fprintf(stderr, "strata: STRATA_FAULT: rank stops responding before step %lld\n", (long long)s);
       for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
     };
   } else if (fault == "error") {
-    options.before_step = [step, rank](int64_t s) {
+    hooks->before_step = [step, rank](int64_t s) {
       if (s == step) fail("app::fault", str("STRATA_FAULT: injected error on rank ", rank, " before step ", s));
     };
   } else if (fault == "nvme_read_error" || fault == "nvme_write_error") {
@@ -89,11 +91,11 @@ void apply_fault_hooks(int rank, TrainerOptions& options) {
     rule.op = int(fault == "nvme_read_error" ? IoOp::read : IoOp::write);
     rule.skip = skip;
     rule.times = 1;
-    options.io_faults.push_back(rule);
+    hooks->io_faults.push_back(rule);
   } else if (fault == "kill") {  // SIGKILL at a phase of the save of step S
     if (phase != "shard" && phase != "manifest" && phase != "rename" && phase != "latest")
       fail("app::fault", str("STRATA_FAULT: phase '", phase, "'"), "allowed: shard, manifest, rename, latest");
-    options.checkpoint_hook = [step, phase](const char* at, int64_t s) {
+    hooks->checkpoint_hook = [step, phase](const char* at, int64_t s) {
       if (s != step || phase != at) return;
       std::fprintf(stderr, "strata: STRATA_FAULT: killed at phase '%s' of the save of step %lld\n", at,
                    (long long)s);
@@ -106,12 +108,13 @@ void apply_fault_hooks(int rank, TrainerOptions& options) {
     rule.op = int(IoOp::write);
     rule.skip = skip;
     rule.times = 1;
-    options.checkpoint_io_faults.push_back(rule);
+    hooks->checkpoint_io_faults.push_back(rule);
   } else {
     fail("app::fault", str("STRATA_FAULT: unknown fault '", fault, "'"),
          "allowed: hang, error, nvme_read_error, nvme_write_error, kill (with phase=shard | "
          "manifest | rename | latest), checkpoint_eio, checkpoint_enospc");
   }
+  options.test_hooks = std::move(hooks);
 }
 
 }  // namespace strata::app

@@ -25,6 +25,7 @@
 #include "comm/comm_registry.h"
 #include "engine/model.h"
 #include "engine/safetensors.h"
+#include "engine/test_hooks.h"
 #include "engine/trainer.h"
 #include "kernels/device.h"
 #include "tests/engine/test_util.h"
@@ -450,7 +451,9 @@ TEST(Checkpoint, AnIoErrorWhileSavingEndsTheRunAndKeepsThePreviousCheckpoint) {
   // unit), so skipping one save's writes fails the first write of the second save.
   rule.skip = 3 * (c.model.n_layers + 2);
   rule.times = 1;
-  opt.checkpoint_io_faults = {rule};
+  auto hooks = std::make_shared<TestHooks>();
+  hooks->checkpoint_io_faults = {rule};
+  opt.test_hooks = hooks;
   try {
     run(c, world(), opt);
     FAIL() << "the injected ENOSPC was not reported";

@@ -15,8 +15,8 @@
 #include "core/error.h"
 #include "comm/comm_registry.h"
 #include "engine/plan.h"
+#include "engine/test_hooks.h"
 #include "engine/trainer.h"
-#include "io/fault_backend.h"
 
 using namespace strata;
 namespace fs = std::filesystem;
@@ -249,7 +249,9 @@ TEST(Offload, IoErrorMidStepStopsTheRun) {
   rule.op = int(IoOp::read);
   rule.skip = reads_per_step + reads_per_step / 2;
   rule.times = 1;
-  opt.io_faults = {rule};
+  auto hooks = std::make_shared<TestHooks>();
+  hooks->io_faults = {rule};
+  opt.test_hooks = hooks;
   int steps_done = 0;
   opt.on_step = [&](const StepRecord&) { ++steps_done; };
   try {

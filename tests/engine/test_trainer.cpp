@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "comm/comm.h"
+#include "engine/test_hooks.h"
 #include "engine/trainer.h"
 
 using namespace strata;
@@ -156,7 +157,9 @@ TEST(Trainer, EveryAdamWPathGivesTheScalarPathsLosses) {
       auto world = make_solo_communicator();
       TrainerOptions opt;
       opt.progress = false;
-      opt.adam_isa = isa;
+      auto hooks = std::make_shared<TestHooks>();
+      hooks->adam_isa = isa;
+      opt.test_hooks = hooks;
       Trainer t(c, *world, opt);
       losses.push_back(t.train().losses);
       weights.push_back(t.parameter("model.layers.1.mlp.down_proj.weight"));

@@ -1,0 +1,50 @@
+// engine/test_hooks.h — hooks for tests: I/O faults injected beneath the NVMe swap and the
+// checkpoint files, a callback at each phase of a checkpoint save and before each step, and a
+// forced CPU AdamW path. Tests and apps/strata's STRATA_FAULT (tests/cli) include this header and
+// hand a TestHooks to TrainerOptions::test_hooks, the one entry point; the trainer passes it on to
+// the ZeRO engine and the checkpoint writer.
+//
+// Public headers only name the type, so they do not see io/fault_backend.h. A real run has no
+// hooks (a null pointer) and none of this changes a number when the hooks are empty.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "io/fault_backend.h"
+#include "optimizer/adamw.h"
+
+namespace strata {
+
+class FileIO;
+struct IoOptions;
+
+struct TestHooks {
+  std::optional<AdamIsa> adam_isa;  // force a CPU AdamW path; default: the active one
+  // Faults injected into the NVMe swap's I/O and into the checkpoint files' (the POSIX backend
+  // under io/fault_backend.h's injector).
+  std::vector<FaultRule> io_faults;
+  std::vector<FaultRule> checkpoint_io_faults;
+  // Called at each phase of a checkpoint save ("shard" half-way through a rank file, "manifest"
+  // before the manifest is written, "rename" before step_N.tmp is renamed, "latest" before
+  // `latest` moves) with the step being saved. Empty: nothing.
+  std::function<void(const char* phase, int64_t step)> checkpoint_hook;
+  // Called on every rank before each step's first collective (a rank that hangs or fails).
+  std::function<void(int64_t step)> before_step;
+};
+
+// ---- for the engine's own use ----
+
+// make_file_io(io, dirs), or — when `faults` is given and not empty — the POSIX backend under a
+// fault injector (io/fault_backend.h).
+std::unique_ptr<FileIO> make_file_io_with_faults(const IoOptions& io,
+                                                 const std::vector<std::string>& dirs,
+                                                 const std::vector<FaultRule>* faults);
+// hooks->checkpoint_hook(phase, step) when hooks has one.
+void run_checkpoint_hook(const TestHooks* hooks, const char* phase, int64_t step);
+
+}  // namespace strata
