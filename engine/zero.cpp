@@ -78,7 +78,7 @@ ZeroOptions zero_options(const Config& cfg) {
   return zo;
 }
 
-ZeroEngine::ZeroEngine(const LlamaModel& model, Device& device, Communicator& dp, Stream& compute,
+ZeroEngine::Impl::Impl(const LlamaModel& model, Device& device, Communicator& dp, Stream& compute,
                        Stream& comm, Stream& reduce, const ZeroOptions& options, Communicator* tp)
     : model_(model), device_(device), dp_(dp), tp_(tp), dp_reduce_(dp.split(0, dp.rank())),
       compute_(compute), comm_(comm), reduce_(reduce), opt_(options),
@@ -245,7 +245,7 @@ ZeroEngine::ZeroEngine(const LlamaModel& model, Device& device, Communicator& dp
   compute.synchronize();
 }
 
-ZeroEngine::~ZeroEngine() {
+ZeroEngine::Impl::~Impl() {
   // Nothing the streams or the swapper still do may touch memory freed below: drain every stream
   // (one that fails does not skip the others), then every NVMe job, and stop the swapper before
   // the staging pools it reads and writes are freed (members die in reverse order).
@@ -266,17 +266,18 @@ ZeroEngine::~ZeroEngine() {
   }
 }
 
-bool ZeroEngine::param_is_master() const { return place_.param_is_master(); }
-bool ZeroEngine::direct_params() const { return place_.direct_params(dp_.size()); }
-bool ZeroEngine::aliased_grads() const { return place_.aliased_grads(dp_.size()); }
+bool ZeroEngine::Impl::param_is_master() const { return place_.param_is_master(); }
+bool ZeroEngine::Impl::direct_params() const { return place_.direct_params(dp_.size()); }
+bool ZeroEngine::Impl::aliased_grads() const { return place_.aliased_grads(dp_.size()); }
 
-const ZeroEngine::Shard& ZeroEngine::param_shard(const Unit& s) const {
+const ZeroEngine::Impl::Shard& ZeroEngine::Impl::param_shard(const Unit& s) const {
   return param_is_master() ? s.master : s.param;
 }
 
 // ---- host access to shards on any tier ------------------------------------------------------
 
-void ZeroEngine::read_shard(const Shard& sh, size_t esz, size_t begin, size_t count, void* host) {
+void ZeroEngine::Impl::read_shard(const Shard& sh, size_t esz, size_t begin, size_t count,
+                                  void* host) {
   const size_t off = begin * esz, bytes = count * esz;
   switch (sh.tier) {
     case Tier::device:
@@ -297,7 +298,8 @@ void ZeroEngine::read_shard(const Shard& sh, size_t esz, size_t begin, size_t co
   }
 }
 
-void ZeroEngine::write_shard(Shard& sh, size_t esz, size_t begin, size_t count, const void* host) {
+void ZeroEngine::Impl::write_shard(Shard& sh, size_t esz, size_t begin, size_t count,
+                                   const void* host) {
   const size_t off = begin * esz, bytes = count * esz;
   switch (sh.tier) {
     case Tier::device:
@@ -316,7 +318,8 @@ void ZeroEngine::write_shard(Shard& sh, size_t esz, size_t begin, size_t count, 
   }
 }
 
-void ZeroEngine::write_master_values(Unit& s, size_t begin, size_t count, const float* values) {
+void ZeroEngine::Impl::write_master_values(Unit& s, size_t begin, size_t count,
+                                           const float* values) {
   write_shard(s.master, 4, begin, count, values);
   if (param_is_master()) return;
   if (place_.compute == DType::bf16) {
@@ -330,7 +333,7 @@ void ZeroEngine::write_master_values(Unit& s, size_t begin, size_t count, const 
 
 // ---- initialization -------------------------------------------------------------------------
 
-void ZeroEngine::init_from_seed(uint64_t seed) {
+void ZeroEngine::Impl::init_from_seed(uint64_t seed) {
   const int rank = dp_.rank();
   for (int u = 0; u < model_.num_units(); ++u) {
     const size_t n = model_.unit(u).layout.shard_numel();
@@ -340,7 +343,7 @@ void ZeroEngine::init_from_seed(uint64_t seed) {
   }
 }
 
-void ZeroEngine::init_from(const SafetensorsReader& reader) {
+void ZeroEngine::Impl::init_from(const SafetensorsReader& reader) {
   const int rank = dp_.rank();
   for (int u = 0; u < model_.num_units(); ++u) {
     const FlatLayout& L = model_.unit(u).layout;
@@ -374,7 +377,8 @@ void ZeroEngine::init_from(const SafetensorsReader& reader) {
 
 // ---- gather / release -----------------------------------------------------------------------
 
-ZeroEngine::Slot& ZeroEngine::take_slot(std::vector<Slot>& pool, int u, const char* what) {
+ZeroEngine::Impl::Slot& ZeroEngine::Impl::take_slot(std::vector<Slot>& pool, int u,
+                                                    const char* what) {
   for (auto& sl : pool) {
     if (sl.owner < 0) {
       sl.owner = u;
@@ -387,7 +391,7 @@ ZeroEngine::Slot& ZeroEngine::take_slot(std::vector<Slot>& pool, int u, const ch
   protocol_violation(u, str("no free ", what, " slot (", pool.size(), " slots, all owned: ", owners, ")"));
 }
 
-void ZeroEngine::protocol_violation(int u, const std::string& what) const {
+void ZeroEngine::Impl::protocol_violation(int u, const std::string& what) const {
   const Unit& s = units_[size_t(u)];
   fail("zero::schedule",
        str("unit ", u, " (", model_.unit(u).name, "): ", what, " [state ",
@@ -397,13 +401,13 @@ void ZeroEngine::protocol_violation(int u, const std::string& what) const {
        "broken); please report it with the configuration");
 }
 
-int ZeroEngine::checked_unit(int u, const char* op) const {
+int ZeroEngine::Impl::checked_unit(int u, const char* op) const {
   if (u < 0 || u >= model_.num_units())
     fail("zero::schedule", str(op, "(", u, "): no such unit (the model has ", model_.num_units(), ")"));
   return u;
 }
 
-void ZeroEngine::begin_pass(const std::vector<int>& order) {
+void ZeroEngine::Impl::begin_pass(const std::vector<int>& order) {
   for (int u : order) checked_unit(u, "begin_pass");
   // A unit left gathered but never acquired by the previous pass would hold a slot for ever.
   for (int u = 0; u < model_.num_units(); ++u)
@@ -417,7 +421,7 @@ void ZeroEngine::begin_pass(const std::vector<int>& order) {
 
 // idle → fetching: lease a staging buffer and start the NVMe read of unit u's compute copy.
 // A no-op for units whose compute copy is not on NVMe, or that are fetching or gathered already.
-void ZeroEngine::fetch_param(int u) {
+void ZeroEngine::Impl::fetch_param(int u) {
   Unit& s = units_[size_t(u)];
   const Shard& src = param_shard(s);
   if (src.tier != Tier::nvme || s.gather != GatherState::idle) return;
@@ -427,7 +431,7 @@ void ZeroEngine::fetch_param(int u) {
 }
 
 // idle | fetching → gathered: own a slot and enqueue the gather into it on the comm stream.
-void ZeroEngine::prefetch(int u) {
+void ZeroEngine::Impl::prefetch(int u) {
   if (direct_params() || u < 0 || u >= model_.num_units()) return;
   Unit& s = units_[size_t(u)];
   if (s.gather == GatherState::gathered || s.gather == GatherState::held) return;
@@ -481,7 +485,7 @@ void ZeroEngine::prefetch(int u) {
 
 // gathered → held (gathering first when needed); held stays held (a tied embedding is acquired
 // by the head and by its own unit).
-const float* ZeroEngine::acquire(int u) {
+const float* ZeroEngine::Impl::acquire(int u) {
   checked_unit(u, "acquire");
   // Read ahead on NVMe along the pass order, as far as the staging pool allows (unit u's own
   // buffer may still be leased until its gather is enqueued, hence count() - 1).
@@ -504,7 +508,7 @@ const float* ZeroEngine::acquire(int u) {
 }
 
 // held → idle: compute records that it is done with the slot.
-void ZeroEngine::release(int u) {
+void ZeroEngine::Impl::release(int u) {
   checked_unit(u, "release");
   if (direct_params()) return;
   Unit& s = units_[size_t(u)];
@@ -516,7 +520,7 @@ void ZeroEngine::release(int u) {
   s.gather = GatherState::idle;
 }
 
-float* ZeroEngine::acquire_grad(int u) {
+float* ZeroEngine::Impl::acquire_grad(int u) {
   Unit& s = units_[size_t(checked_unit(u, "acquire_grad"))];
   if (aliased_grads()) return s.grad.ptr<float>();  // one rank: accumulate into the shard itself
   if (s.grad_slot >= 0) return grad_slots_[size_t(s.grad_slot)].full.as<float>();
@@ -527,7 +531,7 @@ float* ZeroEngine::acquire_grad(int u) {
   return sl.full.as<float>();
 }
 
-void ZeroEngine::reduce_grad(int u) {
+void ZeroEngine::Impl::reduce_grad(int u) {
   Unit& s = units_[size_t(checked_unit(u, "reduce_grad"))];
   if (aliased_grads()) return;
   if (s.grad_slot < 0) protocol_violation(u, "reduce_grad of a unit whose gradient was not acquired");
@@ -562,7 +566,7 @@ void ZeroEngine::reduce_grad(int u) {
 
 // ---- the step -------------------------------------------------------------------------------
 
-double ZeroEngine::grad_norm() {
+double ZeroEngine::Impl::grad_norm() {
   watchdog_set_unit("");
   compute_.synchronize();
   comm_.synchronize();
@@ -601,7 +605,7 @@ double ZeroEngine::grad_norm() {
   return std::sqrt(h[0]);
 }
 
-void ZeroEngine::check_quiescent(const char* op) const {
+void ZeroEngine::Impl::check_quiescent(const char* op) const {
   for (int u = 0; u < model_.num_units(); ++u) {
     const Unit& s = units_[size_t(u)];
     if (s.gather != GatherState::idle)
@@ -612,8 +616,8 @@ void ZeroEngine::check_quiescent(const char* op) const {
   }
 }
 
-void ZeroEngine::optimizer_step(const AdamWHyper& hyper, int64_t step, float grad_scale,
-                                bool decay_norms) {
+void ZeroEngine::Impl::optimizer_step(const AdamWHyper& hyper, int64_t step, float grad_scale,
+                                      bool decay_norms) {
   check_quiescent("optimizer_step");
   compute_.synchronize();
   comm_.synchronize();
@@ -631,8 +635,8 @@ void ZeroEngine::optimizer_step(const AdamWHyper& hyper, int64_t step, float gra
 }
 
 // Device-resident states on a device the host cannot address: the device's AdamW kernel.
-void ZeroEngine::step_unit_on_device(int u, const AdamWHyper& hyper, int64_t step, float grad_scale,
-                                     bool decay_norms) {
+void ZeroEngine::Impl::step_unit_on_device(int u, const AdamWHyper& hyper, int64_t step,
+                                           float grad_scale, bool decay_norms) {
   Unit& s = units_[size_t(u)];
   const FlatLayout& L = model_.unit(u).layout;
   const size_t n = L.shard_numel(), base = size_t(dp_.rank()) * n;
@@ -655,8 +659,8 @@ void ZeroEngine::step_unit_on_device(int u, const AdamWHyper& hyper, int64_t ste
 // States the host can address (any tier on the CPU device; host or NVMe otherwise): the CPU
 // AdamW over chunks of offload.optimizer_chunk bytes. NVMe-resident arrays stream through three
 // staging sets — chunk k+1 is read while k is updated and k−1 is written.
-void ZeroEngine::step_unit_chunked(int u, const AdamWHyper& hyper, int64_t step, float grad_scale,
-                                   bool decay_norms) {
+void ZeroEngine::Impl::step_unit_chunked(int u, const AdamWHyper& hyper, int64_t step,
+                                         float grad_scale, bool decay_norms) {
   Unit& s = units_[size_t(u)];
   const FlatLayout& L = model_.unit(u).layout;
   const size_t n = L.shard_numel(), base = size_t(dp_.rank()) * n;
@@ -673,7 +677,7 @@ void ZeroEngine::step_unit_chunked(int u, const AdamWHyper& hyper, int64_t step,
   // However this returns, no NVMe read or write may still target a chunk buffer once the buffer
   // goes back to the pool (an Error mid-pipeline waits out the rest, keeping the first error).
   struct Drain {
-    ZeroEngine& e;
+    Impl& e;
     ChunkSet* sets;
     ~Drain() {
       for (int i = 0; i < 3; ++i) {
@@ -764,7 +768,7 @@ void ZeroEngine::step_unit_chunked(int u, const AdamWHyper& hyper, int64_t step,
   // `drain` returns the buffers.
 }
 
-void ZeroEngine::zero_grads() {
+void ZeroEngine::Impl::zero_grads() {
   for (int u = 0; u < model_.num_units(); ++u) {
     Shard& g = units_[size_t(u)].grad;
     if (g.tier == Tier::device) compute_.fill_zero(g.mem.data(), g.bytes);
@@ -774,10 +778,14 @@ void ZeroEngine::zero_grads() {
 
 // ---- export ---------------------------------------------------------------------------------
 
-std::vector<float> ZeroEngine::gather_unit_to_host(int u) { return gather_to_host(u, false); }
-std::vector<float> ZeroEngine::gather_grad_to_host(int u) { return gather_to_host(u, true); }
+std::vector<float> ZeroEngine::Impl::gather_unit_to_host(int u) {
+  return gather_to_host(u, false);
+}
+std::vector<float> ZeroEngine::Impl::gather_grad_to_host(int u) {
+  return gather_to_host(u, true);
+}
 
-std::vector<float> ZeroEngine::gather_to_host(int u, bool grads) {
+std::vector<float> ZeroEngine::Impl::gather_to_host(int u, bool grads) {
   const FlatLayout& L = model_.unit(u).layout;
   const size_t n = L.shard_numel();
   compute_.synchronize();
@@ -797,7 +805,7 @@ std::vector<float> ZeroEngine::gather_to_host(int u, bool grads) {
   return out;
 }
 
-void ZeroEngine::set_values(int u, size_t offset, const std::vector<float>& values) {
+void ZeroEngine::Impl::set_values(int u, size_t offset, const std::vector<float>& values) {
   compute_.synchronize();
   comm_.synchronize();
   reduce_.synchronize();
@@ -812,7 +820,7 @@ void ZeroEngine::set_values(int u, size_t offset, const std::vector<float>& valu
   write_master_values(s, 0, n, shard.data());
 }
 
-void ZeroEngine::save(const std::string& dir, DType dtype) {
+void ZeroEngine::Impl::save(const std::string& dir, DType dtype) {
   std::vector<TensorInfo> infos;
   StDType st = dtype == DType::bf16 ? StDType::bf16 : dtype == DType::f16 ? StDType::f16 : StDType::f32;
   for (const auto& unit : model_.units())
@@ -839,7 +847,7 @@ void ZeroEngine::save(const std::string& dir, DType dtype) {
   comm_.synchronize();
 }
 
-ZeroMemory ZeroEngine::memory() const {
+ZeroMemory ZeroEngine::Impl::memory() const {
   ZeroMemory m;
   for (const auto& s : units_)
     for (const Shard* sh : {&s.master, &s.m, &s.v, &s.grad, &s.param}) {
@@ -855,7 +863,7 @@ ZeroMemory ZeroEngine::memory() const {
   return m;
 }
 
-ZeroTraffic ZeroEngine::take_traffic() {
+ZeroTraffic ZeroEngine::Impl::take_traffic() {
   ZeroTraffic t = traffic_;
   traffic_ = ZeroTraffic{};
   if (swapper_) {
@@ -867,5 +875,40 @@ ZeroTraffic ZeroEngine::take_traffic() {
   }
   return t;
 }
+
+// ---- ZeroEngine: the public calls of engine/zero.h, forwarded to Impl ----------------------
+
+ZeroEngine::ZeroEngine(const LlamaModel& model, Device& device, Communicator& dp, Stream& compute,
+                       Stream& comm, Stream& reduce, const ZeroOptions& options, Communicator* tp)
+    : impl_(std::make_unique<Impl>(model, device, dp, compute, comm, reduce, options, tp)) {}
+ZeroEngine::~ZeroEngine() = default;
+
+void ZeroEngine::init_from_seed(uint64_t seed) { impl_->init_from_seed(seed); }
+void ZeroEngine::init_from(const SafetensorsReader& reader) { impl_->init_from(reader); }
+void ZeroEngine::begin_pass(const std::vector<int>& order) { impl_->begin_pass(order); }
+void ZeroEngine::prefetch(int u) { impl_->prefetch(u); }
+const float* ZeroEngine::acquire(int u) { return impl_->acquire(u); }
+void ZeroEngine::release(int u) { impl_->release(u); }
+float* ZeroEngine::acquire_grad(int u) { return impl_->acquire_grad(u); }
+void ZeroEngine::reduce_grad(int u) { impl_->reduce_grad(u); }
+double ZeroEngine::grad_norm() { return impl_->grad_norm(); }
+void ZeroEngine::optimizer_step(const AdamWHyper& hyper, int64_t step, float grad_scale,
+                                bool decay_norms) {
+  impl_->optimizer_step(hyper, step, grad_scale, decay_norms);
+}
+void ZeroEngine::zero_grads() { impl_->zero_grads(); }
+std::vector<float> ZeroEngine::gather_unit_to_host(int u) { return impl_->gather_unit_to_host(u); }
+std::vector<float> ZeroEngine::gather_grad_to_host(int u) { return impl_->gather_grad_to_host(u); }
+void ZeroEngine::set_values(int u, size_t offset, const std::vector<float>& values) {
+  impl_->set_values(u, offset, values);
+}
+void ZeroEngine::save(const std::string& dir, DType dtype) { impl_->save(dir, dtype); }
+CheckpointSource& ZeroEngine::checkpoint_source() { return impl_->checkpoint_source(); }
+void ZeroEngine::load_checkpoint(const std::string& step_dir, const CheckpointManifest& manifest) {
+  impl_->load_checkpoint(step_dir, manifest);
+}
+ZeroMemory ZeroEngine::memory() const { return impl_->memory(); }
+ZeroTraffic ZeroEngine::take_traffic() { return impl_->take_traffic(); }
+int ZeroEngine::dp_size() const { return impl_->dp_.size(); }
 
 }  // namespace strata

@@ -25,7 +25,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,10 +41,6 @@ namespace strata {
 class SafetensorsReader;
 class CheckpointSource;
 struct CheckpointManifest;
-class FileIO;
-class SwapSpace;
-class Swapper;
-class PinnedPool;
 struct TestHooks;
 
 struct ZeroOptions {
@@ -145,72 +140,11 @@ class ZeroEngine {
 
   ZeroMemory memory() const;
   ZeroTraffic take_traffic();
-  int dp_size() const { return dp_.size(); }
+  int dp_size() const;
 
  private:
-  struct Shard;
-  struct Unit;
-  struct Slot;
-  struct ChunkSet;
-  class Source;
-  friend class Source;
-
-  Slot& take_slot(std::vector<Slot>& pool, int u, const char* what);
-  // A break of the gather protocol: an Error naming the unit, its state and slots (never a wait).
-  [[noreturn]] void protocol_violation(int u, const std::string& what) const;
-  int checked_unit(int u, const char* op) const;  // u, or an Error when no such unit
-  void check_quiescent(const char* op) const;     // every unit idle, no gradient slot owned
-  bool direct_params() const;   // acquire() returns the device shard itself (no slot)
-  bool aliased_grads() const;   // backward accumulates straight into the device grad shard
-  bool param_is_master() const; // the compute copy is the master shard
-  size_t param_elem_bytes() const { return place_.param_elem_bytes(); }
-  const Shard& param_shard(const Unit& s) const;
-  void fetch_param(int u);      // start the NVMe read of unit u's compute copy
-  // Reads / writes elements [begin, begin + count) of a shard from / to host memory.
-  void read_shard(const Shard& sh, size_t esz, size_t begin, size_t count, void* host);
-  void write_shard(Shard& sh, size_t esz, size_t begin, size_t count, const void* host);
-  // Writes master values (and the matching compute copy) of elements [begin, begin + count).
-  void write_master_values(Unit& s, size_t begin, size_t count, const float* values);
-  std::vector<float> gather_to_host(int u, bool grads);
-  void step_unit_on_device(int u, const AdamWHyper& hyper, int64_t step, float grad_scale,
-                           bool decay_norms);
-  void step_unit_chunked(int u, const AdamWHyper& hyper, int64_t step, float grad_scale,
-                         bool decay_norms);
-
-  const LlamaModel& model_;
-  Device& device_;
-  Communicator& dp_;
-  Communicator* tp_ = nullptr;
-  std::unique_ptr<Communicator> dp_reduce_;  // a duplicate of dp_ for the reduce stream
-  Stream& compute_;
-  Stream& comm_;
-  Stream& reduce_;
-  ZeroOptions opt_;
-  const Placement& place_ = opt_.placement;
-  Tier grads_tier_;
-  std::vector<Unit> units_;
-  std::vector<Slot> param_slots_;
-  std::vector<Slot> grad_slots_;
-  Buffer reduce_tmp_;     // one shard of f32 for reduce-scatter results (device)
-  Buffer grad_stage_;     // one shard of f32 in pinned host memory (non host-addressable devices)
-  Buffer param_stage_;    // one compute-copy shard in pinned host memory (the same)
-  // The gradient norm's ranges of each unit's shard (primary views only; the whole shard when
-  // every view is primary), and one double per range.
-  std::vector<std::vector<std::pair<size_t, size_t>>> norm_ranges_;
-  Buffer norm_parts_;     // one double per range (device)
-  Buffer norm_host_;      // the same on the host
-  std::vector<int> order_;  // the current pass's unit order
-  // NVMe tier
-  std::unique_ptr<FileIO> io_;
-  std::unique_ptr<SwapSpace> swap_;
-  std::unique_ptr<PinnedPool> param_pool_;  // compute-copy shards read ahead from NVMe
-  std::unique_ptr<PinnedPool> chunk_pool_;  // optimizer pipeline chunks
-  // Declared after the pools it reads into and writes from, so it is stopped before they are
-  // freed (the destructor also drains and stops it first).
-  std::unique_ptr<Swapper> swapper_;
-  ZeroTraffic traffic_;
-  std::optional<AdamIsa> adam_isa_;  // a CPU AdamW path forced by the test hooks, else none
-  std::unique_ptr<Source> checkpoint_source_;
+  struct Impl;  // the state and the operations on it: engine/zero_state.h
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace strata

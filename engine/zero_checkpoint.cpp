@@ -13,14 +13,14 @@
 
 namespace strata {
 
-ZeroEngine::Shard& ZeroEngine::Source::state(const CheckpointBlock& b) {
+ZeroEngine::Impl::Shard& ZeroEngine::Impl::Source::state(const CheckpointBlock& b) {
   STRATA_CHECK(b.unit >= 0 && b.unit < e_.model_.num_units() && b.state >= 0 && b.state < kCheckpointStates,
                "zero::checkpoint", "block of unit ", b.unit, " state ", b.state);
   Unit& s = e_.units_[size_t(b.unit)];
   return b.state == 0 ? s.master : b.state == 1 ? s.m : s.v;
 }
 
-const void* ZeroEngine::Source::block_memory(const CheckpointBlock& b) {
+const void* ZeroEngine::Impl::Source::block_memory(const CheckpointBlock& b) {
   Shard& sh = state(b);
   STRATA_CHECK(b.shard_numel * 4 == sh.bytes, "zero::checkpoint", "block of ", b.shard_numel,
                " elements for a shard of ", sh.bytes, " bytes");
@@ -30,16 +30,16 @@ const void* ZeroEngine::Source::block_memory(const CheckpointBlock& b) {
   return sh.mem.data();
 }
 
-uint64_t ZeroEngine::Source::read_block(const CheckpointBlock& b, uint64_t offset, void* buffer,
-                                        uint64_t bytes) {
+uint64_t ZeroEngine::Impl::Source::read_block(const CheckpointBlock& b, uint64_t offset,
+                                              void* buffer, uint64_t bytes) {
   Shard& sh = state(b);
   STRATA_CHECK(sh.tier == Tier::nvme, "zero::checkpoint", "read_block of a block in memory");
   return e_.swapper_->submit({e_.swap_->request(IoOp::read, sh.key, buffer, bytes, offset)});
 }
 
-void ZeroEngine::Source::wait_read(uint64_t ticket) { e_.swapper_->wait(ticket); }
+void ZeroEngine::Impl::Source::wait_read(uint64_t ticket) { e_.swapper_->wait(ticket); }
 
-void ZeroEngine::Source::snapshot() {
+void ZeroEngine::Impl::Source::snapshot() {
   if (e_.device_.host_addressable()) return;
   snapshots_.resize(e_.units_.size() * kCheckpointStates);
   for (size_t u = 0; u < e_.units_.size(); ++u) {
@@ -56,7 +56,7 @@ void ZeroEngine::Source::snapshot() {
   e_.compute_.synchronize();
 }
 
-CheckpointSource& ZeroEngine::checkpoint_source() {
+CheckpointSource& ZeroEngine::Impl::checkpoint_source() {
   check_quiescent("a checkpoint save");
   compute_.synchronize();
   comm_.synchronize();
@@ -66,7 +66,8 @@ CheckpointSource& ZeroEngine::checkpoint_source() {
   return *checkpoint_source_;
 }
 
-void ZeroEngine::load_checkpoint(const std::string& step_dir, const CheckpointManifest& manifest) {
+void ZeroEngine::Impl::load_checkpoint(const std::string& step_dir,
+                                       const CheckpointManifest& manifest) {
   // The model's tensors, by name and global shape, are exactly the checkpoint's.
   size_t views = 0;
   CheckpointReader reader(step_dir, manifest);

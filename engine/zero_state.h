@@ -1,10 +1,14 @@
-// engine/zero_state.h — the ZeRO engine's per-unit state (shards, gather state, slots), shared by
-// its translation units (engine/zero.cpp, engine/zero_checkpoint.cpp). Not public API.
+// engine/zero_state.h — the ZeRO engine's private state (ZeroEngine::Impl): per-unit shards on
+// their tiers, the gather state, parameter and gradient slots, NVMe staging, and the operations
+// on them, which ZeroEngine's public calls forward to. Not public API: only engine/zero.cpp and
+// engine/zero_checkpoint.cpp include it.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/checkpoint_writer.h"
@@ -14,16 +18,9 @@
 
 namespace strata {
 
-// One state's shard on its tier: device or host memory in `mem`, or an extent of the swap space
-// named `key`.
-struct ZeroEngine::Shard {
-  Tier tier = Tier::device;
-  Buffer mem;
-  std::string key;
-  size_t bytes = 0;
-  template <class T>
-  T* ptr() const { return mem.as<T>(); }
-};
+class FileIO;
+class SwapSpace;
+class Swapper;
 
 // Where a unit's gathered parameters stand (docs/architecture.md, "The gather protocol"):
 //   idle ──fetch──▶ fetching ──gather──▶ gathered ──acquire──▶ held ──release──▶ idle
@@ -43,36 +40,140 @@ inline const char* gather_state_name(GatherState g) {
   return "?";
 }
 
-struct ZeroEngine::Unit {
-  Shard master, m, v;  // f32, the optimizer's tier
-  Shard grad;          // f32, the grads tier, accumulated over micro-batches
-  Shard param;         // compute copy (f32 or bf16), the params tier; empty when it is the master
-  GatherState gather = GatherState::idle;
-  int slot = -1;       // parameter slot while gathered or held, else -1
-  int grad_slot = -1;  // gradient slot from acquire_grad() to reduce_grad(), else -1
-  PinnedPool::Lease fetch_lease;     // while fetching: the staging buffer the read fills
-  uint64_t fetch_ticket = 0;         // while fetching: its swapper ticket (never 0 then)
-};
+struct ZeroEngine::Impl {
+  // One state's shard on its tier: device or host memory in `mem`, or an extent of the swap
+  // space named `key`.
+  struct Shard {
+    Tier tier = Tier::device;
+    Buffer mem;
+    std::string key;
+    size_t bytes = 0;
+    template <class T>
+    T* ptr() const { return mem.as<T>(); }
+  };
 
-struct ZeroEngine::Slot {
-  Buffer full;     // (padded_numel) f32: gathered parameters or a full gradient
-  Buffer full16;   // (padded_numel) bf16: gathered compute copy before the cast (bf16 only)
-  Buffer shard;    // (shard) staging of an off-device compute copy before the gather (dp > 1)
-  std::unique_ptr<Event> ready;  // the gather (or the backward) into `full` has completed
-  std::unique_ptr<Event> free;   // the last reader of `full` has completed
-  int owner = -1;  // unit held, -1 when free
-};
+  struct Unit {
+    Shard master, m, v;  // f32, the optimizer's tier
+    Shard grad;          // f32, the grads tier, accumulated over micro-batches
+    Shard param;         // compute copy (f32 or bf16), the params tier; empty when it is the master
+    GatherState gather = GatherState::idle;
+    int slot = -1;       // parameter slot while gathered or held, else -1
+    int grad_slot = -1;  // gradient slot from acquire_grad() to reduce_grad(), else -1
+    PinnedPool::Lease fetch_lease;     // while fetching: the staging buffer the read fills
+    uint64_t fetch_ticket = 0;         // while fetching: its swapper ticket (never 0 then)
+  };
 
-// One chunk of the optimizer pipeline: staging for master, m, v and the compute copy.
-struct ZeroEngine::ChunkSet {
-  PinnedPool::Lease buf[4];
-  uint64_t read = 0, write = 0;  // swapper tickets, 0 when none
+  struct Slot {
+    Buffer full;     // (padded_numel) f32: gathered parameters or a full gradient
+    Buffer full16;   // (padded_numel) bf16: gathered compute copy before the cast (bf16 only)
+    Buffer shard;    // (shard) staging of an off-device compute copy before the gather (dp > 1)
+    std::unique_ptr<Event> ready;  // the gather (or the backward) into `full` has completed
+    std::unique_ptr<Event> free;   // the last reader of `full` has completed
+    int owner = -1;  // unit held, -1 when free
+  };
+
+  // One chunk of the optimizer pipeline: staging for master, m, v and the compute copy.
+  struct ChunkSet {
+    PinnedPool::Lease buf[4];
+    uint64_t read = 0, write = 0;  // swapper tickets, 0 when none
+  };
+
+  class Source;  // the engine as the source of a checkpoint save (below)
+
+  // Every state placed on its tier, slots and staging allocated, m, v and
+  // grads zeroed; the destructor drains the streams and the swapper first.
+  Impl(const LlamaModel& model, Device& device, Communicator& dp, Stream& compute, Stream& comm,
+       Stream& reduce, const ZeroOptions& options, Communicator* tp);
+  ~Impl();
+  bool direct_params() const;   // acquire() returns the device shard itself (no slot)
+  bool aliased_grads() const;   // backward accumulates straight into the device grad shard
+  bool param_is_master() const; // the compute copy is the master shard
+  size_t param_elem_bytes() const { return place_.param_elem_bytes(); }
+  const Shard& param_shard(const Unit& s) const;
+  // Reads / writes elements [begin, begin + count) of a shard from / to host memory.
+  void read_shard(const Shard& sh, size_t esz, size_t begin, size_t count, void* host);
+  void write_shard(Shard& sh, size_t esz, size_t begin, size_t count, const void* host);
+  // Writes master values (and the matching compute copy) of elements [begin, begin + count).
+  void write_master_values(Unit& s, size_t begin, size_t count, const float* values);
+  ZeroMemory memory() const;
+  ZeroTraffic take_traffic();
+
+  // The gather protocol (engine/zero.h's schedule contract).
+  void begin_pass(const std::vector<int>& order);
+  void fetch_param(int u);      // start the NVMe read of unit u's compute copy
+  void prefetch(int u);
+  const float* acquire(int u);
+  void release(int u);
+  float* acquire_grad(int u);
+  void reduce_grad(int u);
+  Slot& take_slot(std::vector<Slot>& pool, int u, const char* what);
+  // A break of the gather protocol: an Error naming the unit, its state and slots (never a wait).
+  [[noreturn]] void protocol_violation(int u, const std::string& what) const;
+  int checked_unit(int u, const char* op) const;  // u, or an Error when no such unit
+  void check_quiescent(const char* op) const;     // every unit idle, no gradient slot owned
+
+  // The optimizer step over the tiers.
+  double grad_norm();
+  void optimizer_step(const AdamWHyper& hyper, int64_t step, float grad_scale, bool decay_norms);
+  void step_unit_on_device(int u, const AdamWHyper& hyper, int64_t step, float grad_scale,
+                           bool decay_norms);
+  void step_unit_chunked(int u, const AdamWHyper& hyper, int64_t step, float grad_scale,
+                         bool decay_norms);
+  void zero_grads();
+
+  // Initial values, Hugging Face weights in and out, host values.
+  void init_from_seed(uint64_t seed);
+  void init_from(const SafetensorsReader& reader);
+  std::vector<float> gather_unit_to_host(int u);
+  std::vector<float> gather_grad_to_host(int u);
+  std::vector<float> gather_to_host(int u, bool grads);
+  void set_values(int u, size_t offset, const std::vector<float>& values);
+  void save(const std::string& dir, DType dtype);
+
+  // Checkpoints (engine/zero_checkpoint.cpp).
+  CheckpointSource& checkpoint_source();
+  void load_checkpoint(const std::string& step_dir, const CheckpointManifest& manifest);
+
+  const LlamaModel& model_;
+  Device& device_;
+  Communicator& dp_;
+  Communicator* tp_ = nullptr;
+  std::unique_ptr<Communicator> dp_reduce_;  // a duplicate of dp_ for the reduce stream
+  Stream& compute_;
+  Stream& comm_;
+  Stream& reduce_;
+  ZeroOptions opt_;
+  const Placement& place_ = opt_.placement;
+  Tier grads_tier_;
+  std::vector<Unit> units_;
+  std::vector<Slot> param_slots_;
+  std::vector<Slot> grad_slots_;
+  Buffer reduce_tmp_;     // one shard of f32 for reduce-scatter results (device)
+  Buffer grad_stage_;     // one shard of f32 in pinned host memory (non host-addressable devices)
+  Buffer param_stage_;    // one compute-copy shard in pinned host memory (the same)
+  // The gradient norm's ranges of each unit's shard (primary views only; the whole shard when
+  // every view is primary), and one double per range.
+  std::vector<std::vector<std::pair<size_t, size_t>>> norm_ranges_;
+  Buffer norm_parts_;     // one double per range (device)
+  Buffer norm_host_;      // the same on the host
+  std::vector<int> order_;  // the current pass's unit order
+  // NVMe tier
+  std::unique_ptr<FileIO> io_;
+  std::unique_ptr<SwapSpace> swap_;
+  std::unique_ptr<PinnedPool> param_pool_;  // compute-copy shards read ahead from NVMe
+  std::unique_ptr<PinnedPool> chunk_pool_;  // optimizer pipeline chunks
+  // Declared after the pools it reads into and writes from, so it is stopped before they are
+  // freed (the destructor also drains and stops it first).
+  std::unique_ptr<Swapper> swapper_;
+  ZeroTraffic traffic_;
+  std::optional<AdamIsa> adam_isa_;  // a CPU AdamW path forced by the test hooks, else none
+  std::unique_ptr<Source> checkpoint_source_;
 };
 
 // The ZeRO engine as the source of a checkpoint save (engine/zero_checkpoint.cpp).
-class ZeroEngine::Source final : public CheckpointSource {
+class ZeroEngine::Impl::Source final : public CheckpointSource {
  public:
-  explicit Source(ZeroEngine& engine) : e_(engine) {}
+  explicit Source(Impl& engine) : e_(engine) {}
   const void* block_memory(const CheckpointBlock& block) override;
   uint64_t read_block(const CheckpointBlock& block, uint64_t offset, void* buffer, uint64_t bytes) override;
   void wait_read(uint64_t ticket) override;
@@ -81,7 +182,7 @@ class ZeroEngine::Source final : public CheckpointSource {
 
  private:
   Shard& state(const CheckpointBlock& block);
-  ZeroEngine& e_;
+  Impl& e_;
   std::vector<Buffer> snapshots_;  // [unit * 3 + state], empty where not needed
 };
 
