@@ -21,6 +21,13 @@
 // may be called for units that will be acquired next. In backward: acquire_grad(u) before unit
 // u's backward and reduce_grad(u) after it. Offload never changes a number: every placement
 // runs the same operations in the same order on the same values.
+//
+// Which tier each state lives on, and what follows from it, is offload/placement.h's decision
+// (the plan counts by it too). The state is private (engine/zero_state.h); the calls below are
+// implemented by concern: placing the states (engine/zero.cpp), the schedule
+// (zero_schedule.cpp), the step (zero_step.cpp), weights in and out (zero_weights.cpp) and
+// checkpoints (zero_checkpoint.cpp). Tests' hooks (NVMe faults, a forced AdamW path) come in
+// through ZeroOptions::test_hooks (engine/test_hooks.h).
 #pragma once
 
 #include <cstdint>
@@ -95,11 +102,11 @@ class ZeroEngine {
   ZeroEngine(const ZeroEngine&) = delete;
   ZeroEngine& operator=(const ZeroEngine&) = delete;
 
-  // Initialization: every rank fills only its own shards.
+  // Initialization: every rank fills only its own shards (engine/zero_weights.cpp).
   void init_from_seed(uint64_t seed);
   void init_from(const SafetensorsReader& reader);
 
-  // ---- the schedule ----
+  // ---- the schedule (engine/zero_schedule.cpp) ----
   void begin_pass(const std::vector<int>& order);  // the units' order in the coming pass
   void prefetch(int u);                  // start gathering unit u (no-op when already gathered)
   const float* acquire(int u);           // gathered f32 parameters; compute waits for them
@@ -107,7 +114,7 @@ class ZeroEngine {
   float* acquire_grad(int u);            // full f32 gradient buffer of unit u for backward
   void reduce_grad(int u);               // reduce-scatter it into this rank's grad shard (+=)
 
-  // ---- the step (host side; synchronizes the streams first) ----
+  // ---- the step (engine/zero_step.cpp; host side, synchronizes the streams first) ----
   // Global L2 norm of the gradient (local sum of squares, all-reduced over the dp and tp
   // groups; a replicated tensor counted once: only its primary copy, flat_param.h).
   double grad_norm();
@@ -117,6 +124,7 @@ class ZeroEngine {
   void optimizer_step(const AdamWHyper& hyper, int64_t step, float grad_scale, bool decay_norms);
   void zero_grads();
 
+  // ---- weights in and out (engine/zero_weights.cpp) ----
   // Full (unpadded) values of one unit on the host of every rank (gathered; collective).
   std::vector<float> gather_unit_to_host(int u);
   // The same for the accumulated gradient shards.
@@ -138,6 +146,7 @@ class ZeroEngine {
   // ranges) and refreshes the compute copy; tensors must match the model's names and shapes.
   void load_checkpoint(const std::string& step_dir, const CheckpointManifest& manifest);
 
+  // ---- accounting (engine/zero.cpp) ----
   ZeroMemory memory() const;
   ZeroTraffic take_traffic();
   int dp_size() const;

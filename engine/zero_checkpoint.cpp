@@ -1,6 +1,9 @@
 // engine/zero_checkpoint.cpp — the ZeRO engine's side of checkpoints: the blocks a save reads
 // (from memory, a snapshot or NVMe) and loading a checkpoint of any mesh into this rank's shards
 // (its tensor-parallel slice of each tensor, read in global coordinates).
+//
+// The format, the commit protocol and the writer thread are engine/checkpoint.h and
+// checkpoint_writer.h; this file neither writes files nor hashes.
 #include <algorithm>
 #include <cstring>
 
@@ -125,6 +128,13 @@ void ZeroEngine::Impl::load_checkpoint(const std::string& step_dir,
     }
   }
   compute_.synchronize();
+}
+
+// ---- engine/zero.h: the public calls of this file, forwarded to Impl ----------------------------
+
+CheckpointSource& ZeroEngine::checkpoint_source() { return impl_->checkpoint_source(); }
+void ZeroEngine::load_checkpoint(const std::string& step_dir, const CheckpointManifest& manifest) {
+  impl_->load_checkpoint(step_dir, manifest);
 }
 
 }  // namespace strata

@@ -1,7 +1,10 @@
 // engine/zero_state.h — the ZeRO engine's private state (ZeroEngine::Impl): per-unit shards on
 // their tiers, the gather state, parameter and gradient slots, NVMe staging, and the operations
-// on them, which ZeroEngine's public calls forward to. Not public API: only engine/zero.cpp and
-// engine/zero_checkpoint.cpp include it.
+// on them, which ZeroEngine's public calls forward to. Not public API: only engine/zero*.cpp
+// include it. The operations are implemented by concern, a file each: engine/zero.cpp (placing
+// the states on their tiers, host access to them), zero_schedule.cpp (the gather protocol),
+// zero_step.cpp (the optimizer step over the tiers), zero_weights.cpp (initial values, weights
+// in and out) and zero_checkpoint.cpp (a save's source, loading).
 #pragma once
 
 #include <cstdint>
@@ -80,7 +83,7 @@ struct ZeroEngine::Impl {
 
   class Source;  // the engine as the source of a checkpoint save (below)
 
-  // Every state placed on its tier, slots and staging allocated, m, v and
+  // engine/zero.cpp: every state placed on its tier, slots and staging allocated, m, v and
   // grads zeroed; the destructor drains the streams and the swapper first.
   Impl(const LlamaModel& model, Device& device, Communicator& dp, Stream& compute, Stream& comm,
        Stream& reduce, const ZeroOptions& options, Communicator* tp);
@@ -98,7 +101,7 @@ struct ZeroEngine::Impl {
   ZeroMemory memory() const;
   ZeroTraffic take_traffic();
 
-  // The gather protocol (engine/zero.h's schedule contract).
+  // engine/zero_schedule.cpp: the gather protocol (engine/zero.h's schedule contract).
   void begin_pass(const std::vector<int>& order);
   void fetch_param(int u);      // start the NVMe read of unit u's compute copy
   void prefetch(int u);
@@ -112,7 +115,7 @@ struct ZeroEngine::Impl {
   int checked_unit(int u, const char* op) const;  // u, or an Error when no such unit
   void check_quiescent(const char* op) const;     // every unit idle, no gradient slot owned
 
-  // The optimizer step over the tiers.
+  // engine/zero_step.cpp: the optimizer step over the tiers.
   double grad_norm();
   void optimizer_step(const AdamWHyper& hyper, int64_t step, float grad_scale, bool decay_norms);
   void step_unit_on_device(int u, const AdamWHyper& hyper, int64_t step, float grad_scale,
@@ -121,7 +124,7 @@ struct ZeroEngine::Impl {
                          bool decay_norms);
   void zero_grads();
 
-  // Initial values, Hugging Face weights in and out, host values.
+  // engine/zero_weights.cpp: initial values, Hugging Face weights in and out, host values.
   void init_from_seed(uint64_t seed);
   void init_from(const SafetensorsReader& reader);
   std::vector<float> gather_unit_to_host(int u);
@@ -130,7 +133,7 @@ struct ZeroEngine::Impl {
   void set_values(int u, size_t offset, const std::vector<float>& values);
   void save(const std::string& dir, DType dtype);
 
-  // Checkpoints (engine/zero_checkpoint.cpp).
+  // engine/zero_checkpoint.cpp.
   CheckpointSource& checkpoint_source();
   void load_checkpoint(const std::string& step_dir, const CheckpointManifest& manifest);
 

@@ -1,0 +1,229 @@
+// engine/zero_schedule.cpp — the ZeRO-3 schedule: the gather protocol (idle → fetching →
+// gathered → held → idle; docs/architecture.md, "The gather protocol") over the parameter
+// slots, the NVMe read-ahead of compute copies along the pass order, and gradient slots that
+// are reduce-scattered into this rank's shard. Streams are ordered by events only; a call that
+// breaks the protocol is an Error naming the unit and its state, never a wait.
+//
+// It allocates nothing (engine/zero.cpp sized the slots and pools) and touches no optimizer
+// state.
+#include <algorithm>
+#include <utility>
+
+#include "core/error.h"
+#include "core/size.h"
+#include "core/watchdog.h"
+#include "engine/zero_state.h"
+#include "kernels/ops.h"
+#include "offload/swap_space.h"
+#include "offload/swapper.h"
+
+namespace strata {
+
+ZeroEngine::Impl::Slot& ZeroEngine::Impl::take_slot(std::vector<Slot>& pool, int u,
+                                                    const char* what) {
+  for (auto& sl : pool) {
+    if (sl.owner < 0) {
+      sl.owner = u;
+      return sl;
+    }
+  }
+  std::string owners;
+  for (size_t i = 0; i < pool.size(); ++i)
+    owners += str(i ? ", " : "", "slot ", i, ": ", model_.unit(pool[i].owner).name);
+  protocol_violation(u, str("no free ", what, " slot (", pool.size(), " slots, all owned: ", owners, ")"));
+}
+
+void ZeroEngine::Impl::protocol_violation(int u, const std::string& what) const {
+  const Unit& s = units_[size_t(u)];
+  fail("zero::schedule",
+       str("unit ", u, " (", model_.unit(u).name, "): ", what, " [state ",
+           gather_state_name(s.gather), ", parameter slot ", s.slot, ", gradient slot ",
+           s.grad_slot, ", ticket ", s.fetch_ticket, "]"),
+       "this is a scheduling bug in strata (the gather protocol of docs/architecture.md was "
+       "broken); please report it with the configuration");
+}
+
+int ZeroEngine::Impl::checked_unit(int u, const char* op) const {
+  if (u < 0 || u >= model_.num_units())
+    fail("zero::schedule", str(op, "(", u, "): no such unit (the model has ", model_.num_units(), ")"));
+  return u;
+}
+
+void ZeroEngine::Impl::begin_pass(const std::vector<int>& order) {
+  for (int u : order) checked_unit(u, "begin_pass");
+  // A unit left gathered but never acquired by the previous pass would hold a slot for ever.
+  for (int u = 0; u < model_.num_units(); ++u)
+    if (units_[size_t(u)].gather == GatherState::gathered)
+      protocol_violation(u, "a new pass begins while this unit is gathered but was never acquired");
+  order_ = order;
+  if (!param_pool_) return;
+  const int ahead = std::min(opt_.nvme_prefetch, param_pool_->count() - 1);
+  for (int k = 0; k < ahead && k < int(order_.size()); ++k) fetch_param(order_[size_t(k)]);
+}
+
+// idle → fetching: lease a staging buffer and start the NVMe read of unit u's compute copy.
+// A no-op for units whose compute copy is not on NVMe, or that are fetching or gathered already.
+void ZeroEngine::Impl::fetch_param(int u) {
+  Unit& s = units_[size_t(u)];
+  const Shard& src = param_shard(s);
+  if (src.tier != Tier::nvme || s.gather != GatherState::idle) return;
+  s.fetch_lease = param_pool_->acquire();
+  s.fetch_ticket = swapper_->submit({swap_->request(IoOp::read, src.key, s.fetch_lease.data, src.bytes)});
+  s.gather = GatherState::fetching;
+}
+
+// idle | fetching → gathered: own a slot and enqueue the gather into it on the comm stream.
+void ZeroEngine::Impl::prefetch(int u) {
+  if (direct_params() || u < 0 || u >= model_.num_units()) return;
+  Unit& s = units_[size_t(u)];
+  if (s.gather == GatherState::gathered || s.gather == GatherState::held) return;
+  const Shard& ps = param_shard(s);
+  // The NVMe read must be issued before the slot is owned: a ticket is consumed only once
+  // it exists (the hang of offload.prefetch=0 waited for a read that was never issued).
+  if (ps.tier == Tier::nvme) {
+    fetch_param(u);
+    if (s.gather != GatherState::fetching || s.fetch_ticket == 0 || !s.fetch_lease)
+      protocol_violation(u, "gather of an NVMe compute copy without a read in flight");
+  }
+  Slot& sl = take_slot(param_slots_, u, "parameter");
+  s.slot = int(&sl - param_slots_.data());
+  watchdog_set_unit(model_.unit(u).name);  // the context the gather is reported with
+  const FlatLayout& L = model_.unit(u).layout;
+  const bool bf16 = place_.compute == DType::bf16;
+  const size_t n = L.shard_numel(), bytes = n * param_elem_bytes();
+  const CommType ct = bf16 ? CommType::bf16 : CommType::f32;
+  void* gathered = bf16 ? sl.full16.data() : sl.full.data();
+  comm_.wait(*sl.free);  // the previous occupant's readers are done
+  const void* src = nullptr;
+  if (ps.tier == Tier::device) {
+    src = ps.mem.data();
+  } else {
+    // Off the device: copy the shard in (host memory or the NVMe staging buffer) on the
+    // communication stream, straight into the gathered buffer when there is one rank.
+    void* stage = dp_.size() == 1 ? gathered : sl.shard.data();
+    if (ps.tier == Tier::host) {
+      comm_.copy(stage, ps.mem.data(), bytes);
+    } else {
+      const uint64_t ticket = std::exchange(s.fetch_ticket, 0);
+      swapper_->wait(ticket);
+      comm_.copy(stage, s.fetch_lease.data, bytes);
+      param_pool_->release(std::exchange(s.fetch_lease, {}), &comm_);
+    }
+    traffic_.h2d_bytes += bytes;
+    src = stage;
+  }
+  if (bf16 && dp_.size() == 1) {
+    device_.ops().cast_bf16_to_f32(comm_, sl.full.as<float>(), static_cast<const uint16_t*>(src), n);
+  } else {
+    dp_.all_gather(comm_, gathered, src, n, ct);
+    traffic_.comm_bytes += L.padded_numel() * param_elem_bytes();
+    if (bf16)
+      device_.ops().cast_bf16_to_f32(comm_, sl.full.as<float>(), sl.full16.as<uint16_t>(),
+                                     L.padded_numel());
+  }
+  comm_.record(*sl.ready);
+  s.gather = GatherState::gathered;
+}
+
+// gathered → held (gathering first when needed); held stays held (a tied embedding is acquired
+// by the head and by its own unit).
+const float* ZeroEngine::Impl::acquire(int u) {
+  checked_unit(u, "acquire");
+  // Read ahead on NVMe along the pass order, as far as the staging pool allows (unit u's own
+  // buffer may still be leased until its gather is enqueued, hence count() - 1).
+  if (param_pool_ && !order_.empty()) {
+    const int ahead = std::min(opt_.nvme_prefetch, param_pool_->count() - 1);
+    auto it = std::find(order_.begin(), order_.end(), u);
+    for (int k = 1; k <= ahead && it != order_.end() && it + k < order_.end(); ++k)
+      fetch_param(*(it + k));
+  }
+  Unit& s = units_[size_t(u)];
+  watchdog_set_unit(model_.unit(u).name);
+  if (direct_params()) return param_shard(s).ptr<float>();
+  if (s.gather == GatherState::idle || s.gather == GatherState::fetching) prefetch(u);
+  if (s.slot < 0 || param_slots_[size_t(s.slot)].owner != u)
+    protocol_violation(u, "acquire of a unit whose parameter slot it does not own");
+  Slot& sl = param_slots_[size_t(s.slot)];
+  if (s.gather == GatherState::gathered) compute_.wait(*sl.ready);
+  s.gather = GatherState::held;
+  return sl.full.as<float>();
+}
+
+// held → idle: compute records that it is done with the slot.
+void ZeroEngine::Impl::release(int u) {
+  checked_unit(u, "release");
+  if (direct_params()) return;
+  Unit& s = units_[size_t(u)];
+  if (s.gather != GatherState::held) protocol_violation(u, "release of a unit that was not acquired");
+  Slot& sl = param_slots_[size_t(s.slot)];
+  compute_.record(*sl.free);
+  sl.owner = -1;
+  s.slot = -1;
+  s.gather = GatherState::idle;
+}
+
+float* ZeroEngine::Impl::acquire_grad(int u) {
+  Unit& s = units_[size_t(checked_unit(u, "acquire_grad"))];
+  if (aliased_grads()) return s.grad.ptr<float>();  // one rank: accumulate into the shard itself
+  if (s.grad_slot >= 0) return grad_slots_[size_t(s.grad_slot)].full.as<float>();
+  Slot& sl = take_slot(grad_slots_, u, "gradient");
+  s.grad_slot = int(&sl - grad_slots_.data());
+  compute_.wait(*sl.free);  // the previous reduction out of this slot has completed
+  compute_.fill_zero(sl.full.data(), model_.unit(u).layout.padded_numel() * 4);
+  return sl.full.as<float>();
+}
+
+void ZeroEngine::Impl::reduce_grad(int u) {
+  Unit& s = units_[size_t(checked_unit(u, "reduce_grad"))];
+  if (aliased_grads()) return;
+  if (s.grad_slot < 0) protocol_violation(u, "reduce_grad of a unit whose gradient was not acquired");
+  watchdog_set_unit(model_.unit(u).name);
+  Slot& sl = grad_slots_[size_t(s.grad_slot)];
+  const FlatLayout& L = model_.unit(u).layout;
+  const size_t n = L.shard_numel();
+  compute_.record(*sl.ready);
+  reduce_.wait(*sl.ready);
+  const float* part = sl.full.as<float>();  // one rank: the full gradient is the shard
+  if (dp_.size() > 1) {
+    dp_reduce_->reduce_scatter(reduce_, reduce_tmp_.data(), sl.full.data(), n, CommType::f32, ReduceOp::sum);
+    traffic_.comm_bytes += L.padded_numel() * 4;
+    part = reduce_tmp_.as<float>();
+  }
+  float* g = s.grad.ptr<float>();
+  if (grads_tier_ == Tier::device || device_.host_addressable()) {
+    device_.ops().add(reduce_, g, g, part, n);
+    if (grads_tier_ == Tier::host) traffic_.d2h_bytes += n * 4;
+  } else {
+    float* stage = grad_stage_.as<float>();
+    reduce_.copy(stage, part, n * 4);
+    reduce_.host_task("accumulate host gradient", [g, stage, n] {
+      for (size_t i = 0; i < n; ++i) g[i] += stage[i];
+    });
+    traffic_.d2h_bytes += n * 4;
+  }
+  reduce_.record(*sl.free);
+  sl.owner = -1;
+  s.grad_slot = -1;
+}
+
+void ZeroEngine::Impl::check_quiescent(const char* op) const {
+  for (int u = 0; u < model_.num_units(); ++u) {
+    const Unit& s = units_[size_t(u)];
+    if (s.gather != GatherState::idle)
+      protocol_violation(u, str(op, " while the unit's parameters are still ", gather_state_name(s.gather),
+                                " (a gathered copy would be stale after the update)"));
+    if (s.grad_slot >= 0)
+      protocol_violation(u, str(op, " while the unit's gradient was acquired and never reduced"));
+  }
+}
+
+// ---- engine/zero.h: the public calls of this file, forwarded to Impl ----------------------------
+
+void ZeroEngine::begin_pass(const std::vector<int>& order) { impl_->begin_pass(order); }
+void ZeroEngine::prefetch(int u) { impl_->prefetch(u); }
+const float* ZeroEngine::acquire(int u) { return impl_->acquire(u); }
+void ZeroEngine::release(int u) { impl_->release(u); }
+float* ZeroEngine::acquire_grad(int u) { return impl_->acquire_grad(u); }
+void ZeroEngine::reduce_grad(int u) { impl_->reduce_grad(u); }
+
+}  // namespace strata

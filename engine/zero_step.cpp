@@ -1,0 +1,251 @@
+// engine/zero_step.cpp — the optimizer step over the tiers: the global gradient norm (local sum
+// of squares per shard, all-reduced over the data-parallel group and the tensor-parallel one),
+// AdamW on every shard where its states live (the device's kernel for device states the host
+// cannot address; else the CPU AdamW over chunks, NVMe states through a read k+1 / update k /
+// write k−1 pipeline), the refreshed compute copy written to its tier in the same pass, and
+// zeroing the gradients.
+//
+// It never changes a number with the placement: every path runs the same AdamW operations on
+// the same values (optimizer/adamw.h). Clipping and the LR are the trainer's.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <utility>
+
+#include "core/watchdog.h"
+#include "engine/zero_state.h"
+#include "kernels/ops.h"
+#include "offload/swap_space.h"
+#include "offload/swapper.h"
+#include "optimizer/adamw.h"
+
+namespace strata {
+
+namespace {
+
+// Calls fn(lo, hi, is_norm) for the pieces of flat range [begin, end) that fall in one view
+// each; padding past the last view goes with the last view.
+template <class Fn>
+void for_each_segment(const FlatLayout& L, size_t begin, size_t end, Fn fn) {
+  const auto& views = L.views();
+  for (size_t vi = 0; vi < views.size(); ++vi) {
+    size_t lo = views[vi].offset;
+    size_t hi = vi + 1 < views.size() ? views[vi + 1].offset : SIZE_MAX;
+    lo = std::max(lo, begin);
+    hi = std::min(hi, end);
+    if (vi == 0) lo = begin;  // nothing precedes the first view
+    if (lo < hi) fn(lo, hi, views[vi].is_norm);
+  }
+}
+
+}  // namespace
+
+double ZeroEngine::Impl::grad_norm() {
+  watchdog_set_unit("");
+  compute_.synchronize();
+  comm_.synchronize();
+  reduce_.synchronize();
+  Ops& ops = device_.ops();
+  double* parts = norm_parts_.as<double>();
+  double* h = norm_host_.as<double>();
+  size_t n = 0;  // partial sums, one per range
+  if (grads_tier_ == Tier::device || device_.host_addressable()) {
+    for (int u = 0; u < model_.num_units(); ++u)
+      for (auto [begin, count] : norm_ranges_[size_t(u)])
+        ops.sum_squares(compute_, parts + n++, units_[size_t(u)].grad.ptr<float>() + begin, count);
+    compute_.copy(h, parts, n * 8);
+    compute_.synchronize();
+  } else {
+    for (int u = 0; u < model_.num_units(); ++u) {
+      const float* g = units_[size_t(u)].grad.ptr<float>();
+      for (auto [begin, count] : norm_ranges_[size_t(u)]) {
+        double acc = 0;
+        for (size_t i = begin; i < begin + count; ++i) acc += double(g[i]) * g[i];
+        h[n++] = acc;
+      }
+    }
+  }
+  double local = 0;
+  for (size_t i = 0; i < n; ++i) local += h[i];
+  h[0] = local;
+  if (dp_.size() > 1) {
+    dp_.all_reduce(comm_, h, 1, CommType::f64, ReduceOp::sum);
+    comm_.synchronize();
+  }
+  if (tp_ && tp_->size() > 1) {
+    tp_->all_reduce(comm_, h, 1, CommType::f64, ReduceOp::sum);
+    comm_.synchronize();
+  }
+  return std::sqrt(h[0]);
+}
+
+void ZeroEngine::Impl::optimizer_step(const AdamWHyper& hyper, int64_t step, float grad_scale,
+                                      bool decay_norms) {
+  check_quiescent("optimizer_step");
+  compute_.synchronize();
+  comm_.synchronize();
+  reduce_.synchronize();
+  for (int u = 0; u < model_.num_units(); ++u) {
+    if (place_.optimizer == Tier::device && !device_.host_addressable())
+      step_unit_on_device(u, hyper, step, grad_scale, decay_norms);
+    else
+      step_unit_chunked(u, hyper, step, grad_scale, decay_norms);
+  }
+  compute_.synchronize();
+  // Every NVMe write of the step was waited for by its chunk pipeline (step_unit_chunked), so the
+  // next pass reads what was written. (No wait_all(): a checkpoint save may have reads of its
+  // own in flight on the swapper, and their tickets are the writer's to wait for.)
+}
+
+// Device-resident states on a device the host cannot address: the device's AdamW kernel.
+void ZeroEngine::Impl::step_unit_on_device(int u, const AdamWHyper& hyper, int64_t step,
+                                           float grad_scale, bool decay_norms) {
+  Unit& s = units_[size_t(u)];
+  const FlatLayout& L = model_.unit(u).layout;
+  const size_t n = L.shard_numel(), base = size_t(dp_.rank()) * n;
+  const bool bf16 = place_.compute == DType::bf16;
+  for_each_segment(L, base, base + n, [&](size_t lo, size_t hi, bool is_norm) {
+    AdamWHyper h = hyper;
+    if (is_norm && !decay_norms) h.weight_decay = 0.0f;
+    size_t o = lo - base;
+    AdamWTensors t;
+    t.param = s.master.ptr<float>() + o;
+    t.grad = s.grad.ptr<float>() + o;
+    t.m = s.m.ptr<float>() + o;
+    t.v = s.v.ptr<float>() + o;
+    t.param_bf16 = bf16 ? s.param.ptr<uint16_t>() + o : nullptr;
+    t.n = hi - lo;
+    adamw_update_on_stream(compute_, h, step, grad_scale, t, adam_isa_);
+  });
+}
+
+// States the host can address (any tier on the CPU device; host or NVMe otherwise): the CPU
+// AdamW over chunks of offload.optimizer_chunk bytes. NVMe-resident arrays stream through three
+// staging sets — chunk k+1 is read while k is updated and k−1 is written.
+void ZeroEngine::Impl::step_unit_chunked(int u, const AdamWHyper& hyper, int64_t step,
+                                         float grad_scale, bool decay_norms) {
+  Unit& s = units_[size_t(u)];
+  const FlatLayout& L = model_.unit(u).layout;
+  const size_t n = L.shard_numel(), base = size_t(dp_.rank()) * n;
+  const bool bf16 = place_.compute == DType::bf16;
+  const size_t esz = param_elem_bytes();
+  const bool separate_param = !param_is_master();
+  const size_t chunk = chunk_pool_ ? chunk_pool_->buffer_bytes() / 4 : n;  // elements
+  const size_t nchunks = (n + chunk - 1) / chunk;
+  Shard* states[3] = {&s.master, &s.m, &s.v};
+  const bool opt_nvme = place_.optimizer == Tier::nvme;
+  const bool param_nvme = separate_param && s.param.tier == Tier::nvme;
+
+  ChunkSet sets[3];
+  // However this returns, no NVMe read or write may still target a chunk buffer once the buffer
+  // goes back to the pool (an Error mid-pipeline waits out the rest, keeping the first error).
+  struct Drain {
+    Impl& e;
+    ChunkSet* sets;
+    ~Drain() {
+      for (int i = 0; i < 3; ++i) {
+        for (uint64_t* t : {&sets[i].read, &sets[i].write}) {
+          if (!*t) continue;
+          try {
+            e.swapper_->wait(std::exchange(*t, 0));
+          } catch (const std::exception&) {  // the error that unwinds us is the one reported
+          }
+        }
+        if (e.chunk_pool_)
+          for (auto& b : sets[i].buf)
+            if (b) e.chunk_pool_->release(std::exchange(b, {}));
+      }
+    }
+  } drain{*this, sets};
+  auto acquire_set = [&](ChunkSet& set) {
+    if (set.write) {
+      swapper_->wait(set.write);
+      set.write = 0;
+    }
+    for (int i = 0; i < 4; ++i)
+      if (!set.buf[i]) set.buf[i] = chunk_pool_->acquire();
+  };
+  auto issue_read = [&](size_t k, ChunkSet& set) {
+    if (!opt_nvme) return;
+    acquire_set(set);
+    const size_t lo = k * chunk, cnt = std::min(chunk, n - lo);
+    std::vector<IoRequest> reqs;
+    for (int i = 0; i < 3; ++i)
+      reqs.push_back(swap_->request(IoOp::read, states[i]->key, set.buf[i].data, cnt * 4, lo * 4));
+    set.read = swapper_->submit(std::move(reqs));
+  };
+
+  if (nchunks > 0) issue_read(0, sets[0]);
+  for (size_t k = 0; k < nchunks; ++k) {
+    ChunkSet& set = sets[k % 3];
+    if (k + 1 < nchunks) issue_read(k + 1, sets[(k + 1) % 3]);
+    if (opt_nvme) {
+      swapper_->wait(set.read);
+      set.read = 0;
+    } else if (param_nvme) {
+      acquire_set(set);
+    }
+    const size_t lo = k * chunk, cnt = std::min(chunk, n - lo);
+    float* ptr[3];
+    for (int i = 0; i < 3; ++i)
+      ptr[i] = opt_nvme ? static_cast<float*>(set.buf[i].data) : states[i]->ptr<float>() + lo;
+    void* param_out = nullptr;  // where the refreshed compute copy of this chunk goes
+    const bool param_staged = separate_param && !param_nvme && param_stage_;  // device, unaddressable
+    if (separate_param)
+      param_out = param_nvme     ? set.buf[3].data
+                  : param_staged ? param_stage_.data()
+                                 : static_cast<void*>(s.param.ptr<char>() + lo * esz);
+    const float* g = s.grad.ptr<float>() + lo;
+    for_each_segment(L, base + lo, base + lo + cnt, [&](size_t a, size_t b, bool is_norm) {
+      AdamWHyper h = hyper;
+      if (is_norm && !decay_norms) h.weight_decay = 0.0f;
+      const size_t o = a - base - lo;
+      AdamWTensors t;
+      t.param = ptr[0] + o;
+      t.grad = g + o;
+      t.m = ptr[1] + o;
+      t.v = ptr[2] + o;
+      t.param_bf16 = (separate_param && bf16) ? static_cast<uint16_t*>(param_out) + o : nullptr;
+      t.n = b - a;
+      if (adam_isa_) adamw_update_isa(*adam_isa_, h, step, grad_scale, t);
+      else adamw_update(h, step, grad_scale, t);
+    });
+    if (separate_param && !bf16) std::memcpy(param_out, ptr[0], cnt * 4);
+    if (param_staged) {
+      compute_.copy(s.param.ptr<char>() + lo * esz, param_stage_.data(), cnt * esz);
+      compute_.synchronize();  // the staging buffer is refilled by the next chunk
+      traffic_.h2d_bytes += cnt * esz;
+    }
+    if (opt_nvme || param_nvme) {
+      std::vector<IoRequest> reqs;
+      if (opt_nvme)
+        for (int i = 0; i < 3; ++i)
+          reqs.push_back(swap_->request(IoOp::write, states[i]->key, set.buf[i].data, cnt * 4, lo * 4));
+      if (param_nvme)
+        reqs.push_back(swap_->request(IoOp::write, s.param.key, set.buf[3].data, cnt * esz, lo * esz));
+      set.write = swapper_->submit(std::move(reqs));
+    }
+  }
+  for (auto& set : sets)
+    if (set.write) swapper_->wait(std::exchange(set.write, 0));
+  // `drain` returns the buffers.
+}
+
+void ZeroEngine::Impl::zero_grads() {
+  for (int u = 0; u < model_.num_units(); ++u) {
+    Shard& g = units_[size_t(u)].grad;
+    if (g.tier == Tier::device) compute_.fill_zero(g.mem.data(), g.bytes);
+    else std::memset(g.mem.data(), 0, g.bytes);
+  }
+}
+
+// ---- engine/zero.h: the public calls of this file, forwarded to Impl ----------------------------
+
+double ZeroEngine::grad_norm() { return impl_->grad_norm(); }
+void ZeroEngine::optimizer_step(const AdamWHyper& hyper, int64_t step, float grad_scale,
+                                bool decay_norms) {
+  impl_->optimizer_step(hyper, step, grad_scale, decay_norms);
+}
+void ZeroEngine::zero_grads() { impl_->zero_grads(); }
+
+}  // namespace strata
