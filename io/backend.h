@@ -57,8 +57,11 @@ class IoBackend {
   virtual std::string_view name() const = 0;  // "io_uring", "posix", "fault(posix)"
   virtual int add_file(int fd) = 0;           // fd stays owned by the caller
   virtual void remove_file(int file) = 0;
-  // Registers staging memory (fixed buffers). Returns false where unsupported or refused;
-  // `regions` empty unregisters.
+  // Whether add_file() put the file in a registered (fixed) file table (io_uring only).
+  virtual bool file_registered(int /*file*/) const { return false; }
+  // Registers staging memory (fixed buffers): an op whose buffer_index is i uses regions[i].
+  // Returns false where unsupported (POSIX) or refused (io_uring; one warning says why), and
+  // then nothing is registered; `regions` empty unregisters.
   virtual bool register_buffers(std::span<const iovec> regions) = 0;
   // Accepts every op, or throws having accepted a prefix (see the accounting above).
   virtual void submit(std::span<const RawOp> ops) = 0;

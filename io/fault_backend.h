@@ -53,6 +53,7 @@ class FaultBackend final : public IoBackend {
   std::string_view name() const override { return name_; }
   int add_file(int fd) override { return inner_->add_file(fd); }
   void remove_file(int file) override { inner_->remove_file(file); }
+  bool file_registered(int file) const override { return inner_->file_registered(file); }
   bool register_buffers(std::span<const iovec> regions) override {
     return inner_->register_buffers(regions);
   }

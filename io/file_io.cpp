@@ -315,6 +315,14 @@ void FileIO::register_buffers(std::span<const std::span<std::byte>> regions) {
 
 void FileIO::unregister_buffers() { register_buffers({}); }
 
+bool FileIO::buffers_registered() const { return !state_->registered.empty(); }
+
+bool FileIO::file_registered(int file) const {
+  const OpenFile& f = checked_file(state_->files, file, "io::file_registered");
+  return std::all_of(f.members.begin(), f.members.end(),
+                     [&](const Member& m) { return backend_->file_registered(m.backend_file); });
+}
+
 void FileIO::validate(std::span<const IoRequest> requests) const {
   for (const IoRequest& r : requests) {
     const OpenFile& f = checked_file(state_->files, r.file, "io::submit");

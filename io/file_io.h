@@ -120,12 +120,19 @@ class FileIO {
   bool file_direct(int file) const;  // opened with O_DIRECT
   const std::string& describe(int file) const;  // its path, or "a + b (stripe 1M)"
 
-  // Staging buffers used for many requests: registered once (io_uring fixed buffers), which
-  // saves pinning pages per request. Replaces the previous set; nothing may be pending. Memory
-  // must outlive the registration (unregister_buffers() or the FileIO's end). Not an error
-  // where the backend cannot register: requests then use the plain path.
+  // Staging buffers used for many requests: registered once (io_uring fixed buffers, split
+  // into regions of at most 1 GiB), which saves pinning and mapping pages per request. A chunk
+  // that lies wholly inside a registered region goes out as READ_FIXED/WRITE_FIXED; any other
+  // buffer still works, on the plain path. Replaces the previous set; nothing may be pending.
+  // The memory must stay mapped until unregister_buffers(), the next register_buffers() or the
+  // FileIO's end: the kernel keeps the pages it pinned, so a region unmapped and mapped anew
+  // while registered would be read into and written from the old pages. Not an error where
+  // the backend cannot register (POSIX; io_uring refusing, e.g. over RLIMIT_MEMLOCK, with one
+  // warning): requests then use the plain path and buffers_registered() is false.
   void register_buffers(std::span<const std::span<std::byte>> regions);
   void unregister_buffers();
+  bool buffers_registered() const;      // the current set is registered (and not empty)
+  bool file_registered(int file) const; // every path of it is in io_uring's fixed-file table
 
   // Throws what submit() would throw for these requests, and does nothing else.
   void validate(std::span<const IoRequest> requests) const;

@@ -6,6 +6,7 @@
 // class reaches the device's bandwidth without it. Compiled only when liburing is found; the
 // stub is io/no_uring.cpp.
 #include <liburing.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -13,6 +14,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/size.h"
 #include "io/backend.h"
 
 namespace strata {
@@ -53,6 +55,9 @@ class UringBackend final : public IoBackend {
       std::vector<int> empty(kFileSlots, -1);
       fixed_files_ = io_uring_register_files(&ring_, empty.data(), kFileSlots) == 0;
     }
+    if (!fixed_files_)
+      log_warn_once("io.uring.files", "io", "io_uring refused a registered file table; requests "
+                    "name plain file descriptors (the kernel takes a file reference per request)");
     slot_used_.assign(fixed_files_ ? kFileSlots : 0, false);
   }
 
@@ -91,6 +96,8 @@ class UringBackend final : public IoBackend {
     f = File{};
   }
 
+  bool file_registered(int file) const override { return files_.at(size_t(file)).slot >= 0; }
+
   bool register_buffers(std::span<const iovec> regions) override {
     if (buffers_) {
       io_uring_unregister_buffers(&ring_);
@@ -99,9 +106,19 @@ class UringBackend final : public IoBackend {
     if (regions.empty()) return true;
     int rc = io_uring_register_buffers(&ring_, regions.data(), unsigned(regions.size()));
     if (rc < 0) {
-      log_warn_once("io.uring.buffers", "io",
-                    "io_uring refused to register ", regions.size(), " staging buffers (",
-                    errno_string(-rc), "); using unregistered transfers (raise `ulimit -l` to fix)");
+      uint64_t bytes = 0;
+      for (const iovec& v : regions) bytes += v.iov_len;
+      rlimit rl{};
+      std::string limit = ::getrlimit(RLIMIT_MEMLOCK, &rl) != 0 ? std::string("unknown")
+                          : rl.rlim_cur == RLIM_INFINITY         ? std::string("unlimited")
+                                                                 : format_bytes(rl.rlim_cur);
+      log_warn_once("io.uring.buffers", "io", "io_uring refused to register ", regions.size(),
+                    " staging buffer(s) of ", format_bytes(bytes), " in all (",
+                    errno_string(-rc), "): transfers from them run unregistered",
+                    rc == -ENOMEM ? str("; registering pins the memory against the locked-memory "
+                                        "limit (ulimit -l, now ", limit,
+                                        "): raise it, or run with CAP_IPC_LOCK")
+                                  : std::string());
       return false;
     }
     buffers_ = true;

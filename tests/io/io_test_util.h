@@ -1,6 +1,7 @@
 // tests/io/io_test_util.h — what the io and offload tests share: a fresh work directory under
 // the build tree per test, a position-dependent byte pattern, backends by name, a bound on how
-// long a call may take, and a seccomp filter that makes the kernel refuse one system call.
+// long a call may take, a seccomp filter that makes the kernel refuse one system call, and a
+// matcher for a message printed exactly once.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -18,6 +19,7 @@
 #include <future>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "io/backend.h"
@@ -97,6 +99,32 @@ inline bool refuse_syscall(int nr, int err) {
   sock_fprog prog{sizeof(filter) / sizeof(filter[0]), filter};
   return prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 &&
          prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) == 0;
+}
+
+// The child's stderr holds each of `needles` exactly once.
+class OnceMatcher : public ::testing::MatcherInterface<const std::string&> {
+ public:
+  explicit OnceMatcher(std::vector<std::string> needles) : needles_(std::move(needles)) {}
+  bool MatchAndExplain(const std::string& err, ::testing::MatchResultListener*) const override {
+    for (const std::string& n : needles_) {
+      size_t first = err.find(n);
+      if (first == std::string::npos || err.find(n, first + 1) != std::string::npos) return false;
+    }
+    return true;
+  }
+  void DescribeTo(std::ostream* os) const override {
+    for (size_t i = 0; i < needles_.size(); ++i)
+      *os << (i ? " and " : "") << "contains '" << needles_[i] << "' exactly once";
+  }
+
+ private:
+  std::vector<std::string> needles_;
+};
+inline ::testing::Matcher<const std::string&> once(std::vector<std::string> needles) {
+  return ::testing::Matcher<const std::string&>(new OnceMatcher(std::move(needles)));
+}
+inline ::testing::Matcher<const std::string&> once(const std::string& needle) {
+  return once(std::vector<std::string>{needle});
 }
 
 }  // namespace strata::test

@@ -54,24 +54,7 @@ bool refuse_o_direct() {
   std::_Exit(test::check_pattern(in.data(), in.size(), 41, 0) == -1 ? 0 : 12);
 }
 
-// The child's stderr holds `needle` exactly once.
-class OnceMatcher : public ::testing::MatcherInterface<const std::string&> {
- public:
-  explicit OnceMatcher(std::string needle) : needle_(std::move(needle)) {}
-  bool MatchAndExplain(const std::string& err, ::testing::MatchResultListener*) const override {
-    size_t first = err.find(needle_);
-    return first != std::string::npos && err.find(needle_, first + 1) == std::string::npos;
-  }
-  void DescribeTo(std::ostream* os) const override {
-    *os << "contains '" << needle_ << "' exactly once";
-  }
-
- private:
-  std::string needle_;
-};
-::testing::Matcher<const std::string&> once(const std::string& needle) {
-  return ::testing::Matcher<const std::string&>(new OnceMatcher(needle));
-}
+using test::once;
 
 TEST(FallbackDeathTest, IoUringRefusedFallsBackToPosixWithOneWarning) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
