@@ -124,6 +124,12 @@ class Device {
   // Host memory aligned to 4096 bytes (usable for O_DIRECT). pinned: page-locked for fast
   // transfers (cudaHostAlloc/Register on CUDA; on the CPU device, ordinary memory marked pinned).
   virtual Buffer alloc_host(size_t bytes, bool pinned, std::string_view what) = 0;
+  // Pins host memory the caller mapped itself (e.g. huge pages for I/O staging), so that it
+  // serves like alloc_host(..., pinned = true) memory and counts as pinned: CUDA registers it
+  // (cudaHostRegister); the CPU device only counts it. Returns false where refused (the caller
+  // then uses alloc_host). The caller unpins the same range before unmapping it.
+  virtual bool pin_host(void* ptr, size_t bytes, std::string_view what) = 0;
+  virtual void unpin_host(void* ptr, size_t bytes) noexcept = 0;
 
   virtual std::unique_ptr<Stream> make_stream(std::string name) = 0;
   virtual std::unique_ptr<Event> make_event() = 0;

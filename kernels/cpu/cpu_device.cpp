@@ -262,6 +262,9 @@ class CpuMemory final : public BufferReleaser {
     return Buffer(p, n, pinned ? MemoryKind::host_pinned : MemoryKind::host, this);
   }
 
+  void pin(size_t bytes) { pinned_.fetch_add(bytes); }
+  void unpin(size_t bytes) noexcept { pinned_.fetch_sub(bytes); }
+
   void release(void* ptr, size_t bytes, MemoryKind kind) noexcept override {
     std::free(ptr);
     if (kind == MemoryKind::device) used_.fetch_sub(bytes);
@@ -299,6 +302,11 @@ class CpuDevice final : public Device {
   Buffer alloc_host(size_t bytes, bool pinned, std::string_view what) override {
     return memory_.alloc_host(bytes, pinned, what);
   }
+  bool pin_host(void*, size_t bytes, std::string_view) override {
+    memory_.pin(bytes);
+    return true;
+  }
+  void unpin_host(void*, size_t bytes) noexcept override { memory_.unpin(bytes); }
   std::unique_ptr<Stream> make_stream(std::string name) override {
     return std::make_unique<CpuStream>(*this, std::move(name));
   }

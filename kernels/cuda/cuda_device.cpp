@@ -151,6 +151,28 @@ class CudaMemory final : public BufferReleaser {
     return Buffer(h, n, MemoryKind::host_pinned, this);
   }
 
+  // Caller-mapped memory (huge-page staging): registered in place, released by the caller.
+  bool pin(void* p, size_t n, std::string_view what) {
+    const cudaError_t rc = cudaHostRegister(p, n, cudaHostRegisterPortable);
+    if (rc != cudaSuccess) {
+      cudaGetLastError();
+      log_warn_once("cuda::pin_host", "cuda::pin_host", "cudaHostRegister of ", format_bytes(n),
+                    " for ", what, " failed (", cudaGetErrorString(rc),
+                    "); that memory comes from alloc_host instead");
+      return false;
+    }
+    std::lock_guard<std::mutex> lock(m_);
+    pinned_ += n;
+    return true;
+  }
+  void unpin(void* p, size_t n) noexcept {
+    const cudaError_t rc = cudaHostUnregister(p);
+    if (rc != cudaSuccess) log_warn("cuda::unpin_host", "cudaHostUnregister failed: ", cudaGetErrorString(rc));
+    cudaGetLastError();
+    std::lock_guard<std::mutex> lock(m_);
+    pinned_ -= n;
+  }
+
   void release(void* ptr, size_t bytes, MemoryKind kind) noexcept override {
     if (kind == MemoryKind::device) {
       cudaSetDevice(ordinal_);
@@ -242,6 +264,14 @@ class CudaDevice final : public Device {
   }
   Buffer alloc_host(size_t bytes, bool pinned, std::string_view what) override {
     return memory_.alloc_host(bytes, pinned, what);
+  }
+  bool pin_host(void* ptr, size_t bytes, std::string_view what) override {
+    cudaSetDevice(ordinal_);
+    return memory_.pin(ptr, bytes, what);
+  }
+  void unpin_host(void* ptr, size_t bytes) noexcept override {
+    cudaSetDevice(ordinal_);
+    memory_.unpin(ptr, bytes);
   }
   std::unique_ptr<Stream> make_stream(std::string name) override {
     return std::make_unique<CudaStream>(*this, ctx_, std::move(name));
