@@ -209,6 +209,14 @@ ZeroEngine::Impl::Impl(const LlamaModel& model, Device& device, Communicator& dp
                                                budget ? 1 : opt_.nvme_prefetch + 1, "parameter",
                                                opt_.timeout_s);
   }
+  // The pools feed the NVMe queue: register them with it once (io_uring fixed buffers). The
+  // swapper unregisters them when it stops, before the pools are freed (members' order).
+  if (swapper_) {
+    std::vector<std::span<std::byte>> staging;
+    for (const PinnedPool* pool : {chunk_pool_.get(), param_pool_.get()})
+      if (pool) staging.push_back(pool->memory());
+    if (!staging.empty()) swapper_->register_buffers(staging);
+  }
 
   // ---- zeroed state ----
   std::vector<char> zeros;

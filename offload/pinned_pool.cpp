@@ -28,16 +28,19 @@ std::string seconds_text(double s) {
   return buf;
 }
 
-// Keeps pinned memory that a stuck copy may still touch until the process ends: never freed,
-// and reachable from here, so a leak checker does not report what is abandoned on purpose.
-void abandon(Buffer memory) {
+// Keeps pinned memory that a stuck copy may still touch until the process ends: never freed
+// (nor unpinned), and reachable from here, so a leak checker does not report what is abandoned
+// on purpose.
+void abandon(Buffer memory, HugePageBuffer slab) {
   struct Kept {
     std::mutex mu;
     std::vector<Buffer> buffers;
+    std::vector<HugePageBuffer> slabs;
   };
   static Kept* kept = new Kept;  // never destroyed: nothing is freed at exit either
   std::lock_guard<std::mutex> lock(kept->mu);
-  kept->buffers.push_back(std::move(memory));
+  if (memory) kept->buffers.push_back(std::move(memory));
+  if (slab.data()) kept->slabs.push_back(std::move(slab));
 }
 
 // Calls ready() until it is true or `timeout_s` has passed; returns whether it became true.
@@ -64,7 +67,7 @@ bool poll_until(Ready ready, double timeout_s, double* waited_s) {
 }  // namespace
 
 PinnedPool::PinnedPool(Device& device, uint64_t budget, uint64_t buffer_bytes, int min_buffers,
-                       std::string what, double timeout_s)
+                       std::string what, double timeout_s, PageRequest pages)
     : device_(device), buffer_bytes_((buffer_bytes + 4095) / 4096 * 4096), what_(std::move(what)),
       timeout_s_(timeout_s) {
   STRATA_CHECK(buffer_bytes_ > 0 && min_buffers >= 1, "pinned_pool::init", "bad pool shape");
@@ -79,10 +82,26 @@ PinnedPool::PinnedPool(Device& device, uint64_t budget, uint64_t buffer_bytes, i
              " (", format_bytes(buffer_bytes_ * uint64_t(min_buffers)), ") are needed"),
          "raise offload.pinned_mem_limit (0 sizes it as the plan needs), lower "
          "offload.optimizer_chunk, or shard the model over more ranks");
-  memory_ = device.alloc_host(n * buffer_bytes_, true, what_);
+  slab_ = HugePageBuffer(n * buffer_bytes_, pages);
+  pages_ = slab_.pages();
+  why_ = slab_.why();
+  if (device.pin_host(slab_.data(), slab_.mapped_bytes(), what_)) {
+    base_ = slab_.data();
+    bytes_ = slab_.mapped_bytes();
+  } else {
+    slab_ = HugePageBuffer();
+    memory_ = device.alloc_host(n * buffer_bytes_, true, what_);
+    base_ = memory_.as<std::byte>();
+    bytes_ = memory_.bytes();
+    // alloc_host asks for transparent huge pages from 2 MiB on (kernels/cpu, kernels/cuda).
+    pages_ = n * buffer_bytes_ >= HugePageBuffer::kHugePage ? PageKind::thp : PageKind::none;
+    why_ = "the device refused to pin the huge-page slab; it comes from alloc_host";
+  }
+  log_debug("pinned_pool", what_, ": ", n, " x ", format_bytes(buffer_bytes_), " on ",
+            page_kind_name(pages_), " pages", why_.empty() ? "" : " (", why_, why_.empty() ? "" : ")");
   slots_.resize(n);
   for (uint64_t i = 0; i < n; ++i) {
-    slots_[i].data = memory_.as<std::byte>() + i * buffer_bytes_;
+    slots_[i].data = base_ + i * buffer_bytes_;
     slots_[i].done = device.make_event();
   }
 }
@@ -98,15 +117,18 @@ PinnedPool::~PinnedPool() {
           return busy == 0;
         },
         timeout_s_, &waited_s);
-    if (idle) return;
+    if (idle) {
+      if (slab_.data()) device_.unpin_host(slab_.data(), slab_.mapped_bytes());
+      return;  // the members free the memory
+    }
     log_error("pinned_pool", busy, " ", what_, " staging buffer(s) still in use by device work after ",
-              seconds_text(waited_s), " s: leaving ", format_bytes(memory_.bytes()),
+              seconds_text(waited_s), " s: leaving ", format_bytes(bytes_),
               " of pinned memory allocated rather than freeing bytes a stuck copy may touch");
   } catch (const std::exception& e) {
     log_error("pinned_pool", "waiting for the ", what_, " staging buffers' last users failed: ",
               e.what(), "; leaving their memory allocated");
   }
-  abandon(std::move(memory_));
+  abandon(std::move(memory_), std::move(slab_));
 }
 
 bool PinnedPool::in_use(Slot& s) {

@@ -1,6 +1,11 @@
 // offload/pinned_pool.h — a fixed budget of pinned host memory carved into equal staging
 // buffers that are leased and returned, so transfers between tiers never allocate.
 //
+// The memory is one slab on 2 MiB pages (io/huge_pages.h: explicit huge pages when reserved,
+// else transparent huge pages), pinned through the device (Device::pin_host); where the device
+// refuses to pin it, the slab comes from Device::alloc_host. memory() is the whole slab, for
+// registering with the FileIO that reads into and writes from it (Swapper::register_buffers).
+//
 // A lease is returned with an optional stream: the buffer becomes free again only when the work
 // enqueued on that stream so far has completed (e.g. the device copy reading from it). acquire()
 // waits until a buffer is free, at most `timeout_s`: a buffer whose stream never gets there is
@@ -14,9 +19,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "io/huge_pages.h"
 #include "kernels/device.h"
 
 namespace strata {
@@ -27,8 +34,10 @@ class PinnedPool {
 
   // budget_bytes: pinned memory to use (0: exactly min_buffers buffers). timeout_s: how long
   // acquire() and the destructor may wait for a buffer's last stream; in (0, 1e7].
+  // pages: what HugePageBuffer tries (best: hugetlb, then thp).
   PinnedPool(Device& device, uint64_t budget_bytes, uint64_t buffer_bytes, int min_buffers,
-             std::string what, double timeout_s = kDefaultTimeoutS);
+             std::string what, double timeout_s = kDefaultTimeoutS,
+             PageRequest pages = PageRequest::best);
   ~PinnedPool();
   PinnedPool(const PinnedPool&) = delete;
   PinnedPool& operator=(const PinnedPool&) = delete;
@@ -46,7 +55,11 @@ class PinnedPool {
 
   int count() const { return int(slots_.size()); }
   uint64_t buffer_bytes() const { return buffer_bytes_; }
-  uint64_t bytes() const { return memory_.bytes(); }
+  uint64_t bytes() const { return bytes_; }  // pinned bytes held (the slab, page-rounded)
+  // Every staging buffer lies inside this span (count() * buffer_bytes()).
+  std::span<std::byte> memory() const { return {base_, slots_.size() * buffer_bytes_}; }
+  PageKind pages() const { return pages_; }             // what the slab is on
+  const std::string& pages_why() const { return why_; } // why not hugetlb (empty when it is)
 
  private:
   struct Slot {
@@ -61,7 +74,12 @@ class PinnedPool {
   uint64_t buffer_bytes_;
   std::string what_;
   double timeout_s_;
-  Buffer memory_;
+  HugePageBuffer slab_;  // pinned with device_.pin_host, or empty when memory_ holds the slab
+  Buffer memory_;        // the slab from alloc_host, where pinning slab_ was refused
+  std::byte* base_ = nullptr;
+  uint64_t bytes_ = 0;
+  PageKind pages_ = PageKind::none;
+  std::string why_;
   std::vector<Slot> slots_;
   size_t next_ = 0;
 };

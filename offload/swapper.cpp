@@ -48,6 +48,16 @@ Swapper::~Swapper() {
   }
   work_cv_.notify_all();
   worker_.join();
+  const IoStats& s = io_.stats();
+  log_debug("swapper", "stopped: ", s.requests, " request(s) in ", s.chunks, " chunk(s), ",
+            s.fixed_chunks, " of them on registered buffers");
+  if (registered_) {
+    try {
+      io_.unregister_buffers();
+    } catch (const std::exception& e) {
+      log_error("swapper", "unregistering the staging buffers at shutdown: ", e.what());
+    }
+  }
   if (error_ && !error_seen_) {
     try {
       std::rethrow_exception(error_);
@@ -154,6 +164,25 @@ void Swapper::wait_all() {
   stats_.wait_ms += ms(Clock::now() - t0);
   if (error_) rethrow_error();  // finished tickets stay, for wait(ticket) to report success
   finished_.clear();
+}
+
+bool Swapper::register_buffers(std::span<const std::span<std::byte>> regions) {
+  // Under mu_ with no job: the worker is waiting for work or about to, and calls the FileIO only
+  // for jobs, so this thread may drive it meanwhile (the lock orders the two).
+  std::lock_guard<std::mutex> lock(mu_);
+  if (error_) rethrow_error();
+  if (!jobs_.empty() || io_.pending() > 0)
+    fail("swapper::register_buffers",
+         str(jobs_.size(), " job(s) queued or in flight"),
+         "register staging buffers before submitting, or after wait_all()");
+  io_.register_buffers(regions);
+  registered_ = !regions.empty();
+  uint64_t bytes = 0;
+  for (const auto& r : regions) bytes += r.size();
+  log_debug("swapper", regions.size(), " staging region(s) of ", format_bytes(bytes), " in all: ",
+            io_.buffers_registered() ? "registered" : "not registered", " with the ",
+            io_.backend_name(), " backend");
+  return io_.buffers_registered();
 }
 
 SwapperStats Swapper::take_stats() {

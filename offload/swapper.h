@@ -31,6 +31,7 @@
 #include <exception>
 #include <map>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <unordered_set>
@@ -64,6 +65,13 @@ class Swapper {
   SwapperStats take_stats();  // and reset them
   double timeout_s() const { return timeout_s_; }
 
+  // Registers staging memory with the FileIO (io_uring fixed buffers, FileIO::register_buffers),
+  // replacing the previous set; returns whether the backend took it (false on POSIX, or where
+  // io_uring refused, with one warning; transfers then run unregistered). Only while no job is
+  // queued or in flight: an Error otherwise. The memory must stay mapped until the next call or
+  // the Swapper's end: its destructor unregisters, after the worker stopped.
+  bool register_buffers(std::span<const std::span<std::byte>> regions);
+
  private:
   using Clock = std::chrono::steady_clock;
   struct Job {
@@ -94,6 +102,7 @@ class Swapper {
   std::exception_ptr error_;
   bool error_seen_ = false;  // error_ reached a caller
   bool stop_ = false;
+  bool registered_ = false;  // a set of buffers is registered through this Swapper
   SwapperStats stats_;
   std::thread worker_;
 };

@@ -1,9 +1,11 @@
 // tests/offload/test_pinned_pool.cpp — PinnedPool on the CPU device: a returned buffer is
 // handed out again only once the stream it was returned on has passed the release; a stream
 // that never gets there makes acquire() throw after the timeout, naming the pool, and the
-// destructor end; leasing more than the pool holds is an immediate Error.
+// destructor end; leasing more than the pool holds is an immediate Error; the slab is one
+// huge-page mapping (or says why not), pinned through the device and unpinned at the end.
 #include <chrono>
 #include <future>
+#include <vector>
 
 #include "core/error.h"
 #include "kernels/device.h"
@@ -101,6 +103,40 @@ TEST(PinnedPool, TheDestructorEndsWhenAStreamIsStuck) {
   auto pool = std::make_unique<PinnedPool>(*dev, 0, 4096, 1, "test chunk", 0.2);
   pool->release(pool->acquire(), gated.stream.get());
   within(10, [&] { pool.reset(); });  // logs, and leaves the memory allocated
+}
+
+TEST(PinnedPool, TheSlabIsOneHugePageMappingPinnedThroughTheDevice) {
+  auto dev = make_device(DeviceKind::cpu);
+  const uint64_t pinned0 = dev->memory().host_pinned_bytes;
+  {
+    PinnedPool pool(*dev, 0, 1 << 20, 3, "test chunk");
+    EXPECT_EQ(pool.memory().size(), 3u << 20);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(pool.memory().data()) % HugePageBuffer::kHugePage, 0u);
+    if (pool.pages() != PageKind::hugetlb) {
+      EXPECT_NE(pool.pages_why().find("MAP_HUGETLB refused"), std::string::npos) << pool.pages_why();
+    }
+    if (pool.pages() == PageKind::none) {  // only where transparent huge pages are off
+      EXPECT_NE(pool.pages_why().find("transparent huge pages"), std::string::npos) << pool.pages_why();
+    }
+    EXPECT_EQ(pool.bytes(), 4u << 20) << "the slab is rounded up to whole 2 MiB pages";
+    EXPECT_EQ(dev->memory().host_pinned_bytes, pinned0 + pool.bytes());
+    std::vector<PinnedPool::Lease> leases;
+    for (int i = 0; i < 3; ++i) leases.push_back(pool.acquire());
+    for (const auto& l : leases) {
+      auto* p = static_cast<std::byte*>(l.data);
+      EXPECT_GE(p, pool.memory().data());
+      EXPECT_LE(p + pool.buffer_bytes(), pool.memory().data() + pool.memory().size());
+    }
+    for (auto& l : leases) pool.release(l);
+  }
+  EXPECT_EQ(dev->memory().host_pinned_bytes, pinned0) << "unpinned at the pool's end";
+}
+
+TEST(PinnedPool, FourKilobytePagesWhenAskedFor) {
+  auto dev = make_device(DeviceKind::cpu);
+  PinnedPool pool(*dev, 0, 8192, 2, "test chunk", PinnedPool::kDefaultTimeoutS, PageRequest::none);
+  EXPECT_EQ(pool.pages(), PageKind::none);
+  EXPECT_EQ(pool.bytes(), 16384u);
 }
 
 TEST(PinnedPool, ATimeoutOutOfRangeIsRefused) {

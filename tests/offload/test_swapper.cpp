@@ -3,7 +3,8 @@
 // ticket never issued or already waited for is an immediate Error; a wait past the timeout
 // names the job; a ticket completed before a failure still succeeds while failed ones (and
 // wait_all) report the Error; a backend that throws, loses ids or cannot be reaped fails the
-// jobs without hanging anything, the destructor included. Every call that could hang runs
+// jobs without hanging anything, the destructor included; staging memory registered through
+// the swapper is used for fixed transfers and released when it stops. Every call that could hang runs
 // under test::within, so a regression fails in seconds instead of stalling CTest.
 #include <chrono>
 #include <cmath>
@@ -14,6 +15,7 @@
 #include "core/trace.h"
 #include "io/aligned_buffer.h"
 #include "io/fault_backend.h"
+#include "io/huge_pages.h"
 #include "offload/swapper.h"
 #include "tests/io/io_test_util.h"
 
@@ -106,6 +108,40 @@ TEST_P(SwapperTest, JobsRoundTripTheRightBytes) {
   Swapper::Ticket empty = swapper_->submit({});
   EXPECT_TRUE(swapper_->done(empty));
   within(10, [&] { swapper_->wait(empty); });
+}
+
+TEST_P(SwapperTest, RegisteredStagingIsUsedWhileIdleOnlyAndReleasedAtTheEnd) {
+  start();
+  HugePageBuffer staging(16 * kBlock);
+  std::vector<std::span<std::byte>> regions{staging.span()};
+  const bool took = swapper_->register_buffers(regions);
+  EXPECT_EQ(took, GetParam() == "uring") << "io_uring registers; POSIX accepts it as a no-op";
+  EXPECT_EQ(io_->buffers_registered(), took);
+  // A job from the registered staging memory goes out on fixed buffers and moves the right bytes.
+  fill_pattern(staging.data(), 8 * kBlock, 91, 0);
+  std::vector<IoRequest> w, r;
+  for (int i = 0; i < 8; ++i) {
+    w.push_back({IoOp::write, file_, i * kBlock, staging.data() + i * kBlock, kBlock, 0});
+    r.push_back({IoOp::read, file_, i * kBlock, staging.data() + (8 + i) * kBlock, kBlock, 0});
+  }
+  within(10, [&] { swapper_->wait(swapper_->submit(w)); });
+  within(10, [&] { swapper_->wait(swapper_->submit(r)); });
+  EXPECT_EQ(check_pattern(staging.data() + 8 * kBlock, 8 * kBlock, 91, 0), -1);
+  EXPECT_EQ(io_->stats().fixed_chunks > 0, took);
+  // Not while a job is in flight: an Error, and the job is unaffected.
+  fault_->add_rule({Fault::stall, int(IoOp::read), 0, 0, 1});
+  Swapper::Ticket t = swapper_->submit(r);
+  within(10, [&] {
+    while (fault_->stalled() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
+  std::string m = message_of([&] { swapper_->register_buffers(regions); });
+  EXPECT_NE(m.find("[swapper::register_buffers] 1 job(s) queued or in flight"), std::string::npos)
+      << m;
+  fault_->release_stalled();
+  within(10, [&] { swapper_->wait(t); });
+  // The swapper's end unregisters (the FileIO outlives it here).
+  within(10, [&] { swapper_.reset(); });
+  EXPECT_FALSE(io_->buffers_registered());
 }
 
 TEST_P(SwapperTest, TicketsNeverIssuedOrAlreadyWaitedForAreImmediateErrors) {
