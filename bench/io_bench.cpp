@@ -17,6 +17,7 @@
 #include "core/size.h"
 #include "io/aligned_buffer.h"
 #include "io/file_io.h"
+#include "io/huge_pages.h"
 #include "offload/swap_space.h"
 
 namespace strata {
@@ -131,6 +132,11 @@ nlohmann::json run_io_bench(const IoBenchOptions& o) {
   if (nblocks == 0)
     fail("bench::io", str("size ", format_bytes(o.size_bytes), " is smaller than one block of ",
                           format_bytes(o.block_bytes)));
+  PageRequest pages = PageRequest::best;
+  if (o.pages == "thp") pages = PageRequest::thp;
+  else if (o.pages == "none") pages = PageRequest::none;
+  else if (o.pages != "auto")
+    fail("bench::io", str("unknown staging pages '", o.pages, "'"), "use auto, thp or none");
 
   IoOptions io_options;
   io_options.backend = o.backend;
@@ -142,16 +148,20 @@ nlohmann::json run_io_bench(const IoBenchOptions& o) {
   space.allocate("bench", nblocks * o.block_bytes);
   Alignment align = io->alignment(space.file());
 
-  // Staging: one allocation, registered once, cut into queue_depth + spare buffers (up to
-  // another queue_depth, at most 256M of spares).
+  // Staging: one allocation, as the engine's pinned pool makes it (2 MiB-aligned, so aligned
+  // for O_DIRECT), registered once, cut into queue_depth + spare buffers (up to another
+  // queue_depth, at most 256M of spares).
   const int spares = int(std::clamp<uint64_t>((256ull << 20) / o.block_bytes, 1, o.queue_depth));
   const int nbuffers = o.queue_depth + spares;
-  AlignedBuffer staging(uint64_t(nbuffers) * o.block_bytes, std::max<size_t>(kSector, align.memory),
-                        o.huge_pages);
+  HugePageBuffer staging(uint64_t(nbuffers) * o.block_bytes, pages);
+  STRATA_CHECK(reinterpret_cast<uintptr_t>(staging.data()) % std::max<uint32_t>(align.memory, 1) == 0,
+               "bench::io", "staging memory is not aligned for O_DIRECT");
   std::vector<std::byte*> buffers;
   for (int i = 0; i < nbuffers; ++i) buffers.push_back(staging.data() + i * o.block_bytes);
-  std::vector<std::span<std::byte>> regions{staging.span()};
-  io->register_buffers(regions);
+  if (o.register_buffers) {
+    std::vector<std::span<std::byte>> regions{staging.span()};
+    io->register_buffers(regions);
+  }
 
   Pattern pattern(std::random_device{}() ^ uint64_t(std::chrono::steady_clock::now().time_since_epoch().count()));
   pattern.prepare(staging.data(), staging.size());
@@ -171,8 +181,15 @@ nlohmann::json run_io_bench(const IoBenchOptions& o) {
   j["queue_depth"] = o.queue_depth;
   j["stripe_bytes"] = o.stripe_bytes;
   j["alignment"] = {{"memory", align.memory}, {"offset", align.offset}};
-  j["registered_buffers"] = s.fixed_chunks > 0;
-  j["huge_pages"] = o.huge_pages;
+  j["buffers"] = {{"pages", std::string(page_kind_name(staging.pages()))},
+                  {"pages_why", staging.why()},
+                  {"huge_bytes", staging.huge_bytes()},
+                  {"bytes", staging.size()},
+                  {"count", nbuffers},
+                  {"registered", io->buffers_registered()},
+                  {"files_registered", io->file_registered(space.file())},
+                  {"fixed_chunks", s.fixed_chunks},
+                  {"chunks", s.chunks}};
   j["bytes_written"] = w.bytes;
   j["bytes_read"] = r.bytes;
   j["write_seconds"] = round3(w.seconds);
@@ -260,10 +277,16 @@ nlohmann::json run_io_sweep(const IoSweepOptions& o) {
 std::string format_io_bench(const nlohmann::json& j) {
   std::string out;
   if (j["bench"] == "io") {
+    const auto& b = j["buffers"];
     out += str("strata bench io: backend ", j["backend"].get<std::string>(), ", O_DIRECT ",
-               j["direct"].get<bool>() ? "on" : "off", ", registered buffers ",
-               j["registered_buffers"].get<bool>() ? "yes" : "no", ", staging on huge pages ",
-               j["huge_pages"].get<bool>() ? "yes" : "no", "\n");
+               j["direct"].get<bool>() ? "on" : "off", "\n");
+    out += str("  staging ", b["count"].get<int>(), " x ", format_bytes(j["block_bytes"]), " on ",
+               b["pages"].get<std::string>(), " pages (", format_bytes(b["huge_bytes"]),
+               " on huge pages)", ", buffers ",
+               b["registered"].get<bool>() ? "registered" : "not registered", ", files ",
+               b["files_registered"].get<bool>() ? "registered" : "not registered", "\n");
+    if (!b["pages_why"].get<std::string>().empty())
+      out += str("  not hugetlb: ", b["pages_why"].get<std::string>(), "\n");
     out += "  dirs:";
     for (const auto& d : j["dirs"]) out += " " + d.get<std::string>();
     out += str("\n  size ", format_bytes(j["size_bytes"]), ", block ",

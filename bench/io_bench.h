@@ -6,6 +6,9 @@
 // Figures are decimal GB/s (1e9 bytes per second, as fio prints "GB/s"), over the whole phase
 // from the first submission to the last completion. `wrong` counts 4 KiB sectors read back with
 // bytes other than those written (each sector carries its offset and the run's seed).
+// Staging memory is allocated and registered as the engine's pinned pool does it: one
+// HugePageBuffer, registered once with FileIO::register_buffers; "buffers" in the JSON says
+// which pages it got and whether the buffers and the files were registered.
 #pragma once
 
 #include <cstdint>
@@ -24,7 +27,10 @@ struct IoBenchOptions {
   std::string backend = "auto";        // auto | uring | posix
   uint64_t stripe_bytes = 1ull << 20;  // across dirs
   double max_seconds = 0;              // per phase; 0 = no limit (the sweep sets one)
-  bool huge_pages = true;              // staging on transparent huge pages (see aligned_buffer.h)
+  // Staging pages, as the engine's pinned pool gets them (io/huge_pages.h): "auto" (hugetlb,
+  // else transparent huge pages, else 4K), "thp" (skip hugetlb) or "none" (4K pages).
+  std::string pages = "auto";
+  bool register_buffers = true;        // register the staging memory with io_uring (fixed buffers)
 };
 
 // One write + read pass. Throws strata::Error on I/O errors; a non-zero `wrong` is reported,

@@ -20,7 +20,8 @@ struct BenchIoArgs {
   std::string size, block = "1M", stripe = "1M";
   int qd = 32;
   std::string backend = "auto";
-  bool json = false, sweep = false, no_huge_pages = false;
+  bool json = false, sweep = false, no_huge_pages = false, no_register = false;
+  std::string pages = "auto";
   double seconds = 2.0;
   std::string trace;
 };
@@ -33,7 +34,8 @@ void run(const BenchIoArgs& a) {
   o.stripe_bytes = parse_bytes(a.stripe, "--stripe");
   o.queue_depth = a.qd;
   o.backend = a.backend;
-  o.huge_pages = !a.no_huge_pages;
+  o.pages = a.no_huge_pages ? "none" : a.pages;
+  o.register_buffers = !a.no_register;
   nlohmann::json result;
   if (a.sweep) {
     IoSweepOptions s;
@@ -77,8 +79,14 @@ void register_bench_io(CLI::App& bench) {
   cmd->add_flag("--sweep", args->sweep, "sweep block sizes 128K..8M and depths 1..64");
   cmd->add_option("--seconds", args->seconds, "sweep: time cap per phase and point")
       ->capture_default_str();
-  cmd->add_flag("--no-huge-pages", args->no_huge_pages,
-                "staging buffers on 4K pages (default: transparent huge pages where allowed)");
+  cmd->add_option("--pages", args->pages,
+                  "staging pages: auto (explicit huge pages when reserved, else transparent huge "
+                  "pages, else 4K), thp, none")
+      ->check(CLI::IsMember({"auto", "thp", "none"}))
+      ->capture_default_str();
+  cmd->add_flag("--no-huge-pages", args->no_huge_pages, "staging buffers on 4K pages (--pages none)");
+  cmd->add_flag("--no-register", args->no_register,
+                "do not register the staging buffers with io_uring (files stay registered)");
   cmd->add_flag("--json", args->json, "print one JSON object");
   cmd->add_option("--trace", args->trace, "write a Chrome-trace timeline of the I/O queue here");
   cmd->callback([args] { run(*args); });

@@ -1,5 +1,5 @@
 // apps/strata/cmd_info.cpp — `strata info`: build options, CPU ISA, threads, AdamW path,
-// io_uring availability, CUDA devices. --json for one JSON object.
+// io_uring availability and registration, staging pages, CUDA devices. --json for one JSON object.
 #include <cstdio>
 
 #include <nlohmann/json.hpp>
@@ -55,6 +55,19 @@ void register_info(CLI::App& app) {
                 tbb::info::default_concurrency(), format_bytes(physical_memory_bytes()).c_str());
     std::printf("  adamw     %s\n", std::string(adam_isa_name(adamw_active_isa())).c_str());
     std::printf("  io        %s\n", j["io"].dump().c_str());
+    const auto& io = j["io"];
+    const auto& tlb = io["hugetlb_2m_pages"];
+    std::printf("  staging   %s pages%s%s (hugetlb 2M pages: %llu free of %llu reserved; thp %s)\n",
+                io["staging_pages"].get<std::string>().c_str(),
+                io.contains("staging_pages_why") ? ": " : "",
+                io.contains("staging_pages_why") ? io["staging_pages_why"].get<std::string>().c_str() : "",
+                static_cast<unsigned long long>(tlb["free"].get<uint64_t>()),
+                static_cast<unsigned long long>(tlb["total"].get<uint64_t>()),
+                io["thp"]["enabled"].get<std::string>().c_str());
+    if (io.contains("io_uring_registers_buffers"))
+      std::printf("  io_uring  registers buffers: %s, files: %s\n",
+                  io["io_uring_registers_buffers"].get<bool>() ? "yes" : "no",
+                  io.value("io_uring_registers_files", false) ? "yes" : "no");
     std::printf("  cuda      %s\n", cuda_describe().c_str());
     std::fflush(stdout);
   });
