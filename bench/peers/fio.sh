@@ -4,14 +4,17 @@
 # (fio spreads the blocks round-robin over them), a sequential write then (stonewall) a
 # sequential read of the same bytes. Prints decimal GB/s (1e9 B/s) like strata.
 # --tuned adds fio's io_uring options fixedbufs and registerfiles (registered buffers and files,
-# as strata uses); without it fio runs on its defaults.
+# as strata uses); without it fio runs on its defaults. --hugepages puts fio's buffers on explicit
+# huge pages (iomem=mmaphuge: a file on the first hugetlbfs mount, else an anonymous MAP_HUGETLB
+# mapping); it needs free reserved 2 MiB pages and stops with the reason when there are too few
+# (fio 3.33 crashes instead of falling back when its huge-page mmap fails).
 #
 #   bench/peers/fio.sh --dir DIR [--dir DIR2 ...] [--size 4G] [--block 1M] [--qd 32] [--tuned]
-#                      [--json]
+#                      [--hugepages] [--json]
 set -euo pipefail
 
 dirs=()
-size=4G block=1M qd=32 json=0 tuned=()
+size=4G block=1M qd=32 json=0 tuned=() hugepages=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --dir) dirs+=("$2"); shift 2 ;;
@@ -20,7 +23,8 @@ while [[ $# -gt 0 ]]; do
     --qd) qd=$2; shift 2 ;;
     --json) json=1; shift ;;
     --tuned) tuned=(--fixedbufs --registerfiles); shift ;;
-    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    --hugepages) hugepages=1; shift ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     *) echo "fio.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -38,14 +42,39 @@ for d in "${dirs[@]}"; do
   [[ -d "$d" ]] || { echo "fio.sh: '$d' is not a directory" >&2; exit 2; }
   files+=("$d/strata-fio-$$.bin")
 done
-cleanup() { rm -f "${files[@]}"; }
-trap cleanup EXIT
 filename=$(IFS=:; echo "${files[*]}")
+
+# --hugepages: fio maps iodepth x bs (+ one block of alignment slack) per job, rounded up to 2M;
+# the write and read jobs run one after the other, but count both to be safe.
+iomem=() iomem_desc=malloc files_huge=
+if [[ $hugepages -eq 1 ]]; then
+  to_bytes() { numfmt --from=iec "$1"; }
+  per_job=$(( ( $(to_bytes "$block") * (qd + 1) + 2097151 ) / 2097152 ))
+  need=$(( 2 * per_job ))
+  free_pages=$(cat /sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages 2>/dev/null || echo 0)
+  if (( free_pages < need )); then
+    echo "fio.sh: --hugepages needs $need free 2 MiB huge pages, $free_pages are free;" \
+         "reserve them as root with: echo $(( need + $(cat /proc/sys/vm/nr_hugepages) - free_pages ))" \
+         "> /proc/sys/vm/nr_hugepages" >&2
+    exit 3
+  fi
+  mnt=$(findmnt -n -t hugetlbfs -o TARGET 2>/dev/null | head -1 || true)
+  if [[ -n "$mnt" && -w "$mnt" ]]; then
+    iomem=(--iomem="mmaphuge:$mnt/strata-fio-$$.huge")
+    iomem_desc="mmaphuge (hugetlbfs $mnt)"
+    files_huge="$mnt/strata-fio-$$.huge"
+  else
+    iomem=(--iomem=mmaphuge)
+    iomem_desc="mmaphuge (MAP_HUGETLB)"
+  fi
+fi
+cleanup() { rm -f "${files[@]}" ${files_huge:+"$files_huge"}; }
+trap cleanup EXIT
 
 # terse v3: one line per job; field 7 = read KiB/s, field 48 = write KiB/s.
 out=$(fio --output-format=terse --terse-version=3 \
           --ioengine=io_uring --direct=1 --bs="$block" --iodepth="$qd" --size="$size" \
-          --filename="$filename" ${tuned[@]+"${tuned[@]}"} \
+          --filename="$filename" ${tuned[@]+"${tuned[@]}"} ${iomem[@]+"${iomem[@]}"} \
           --name=write --rw=write \
           --name=read --rw=read --stonewall)
 write_kib=$(awk -F';' '$3 == "write" { print $48 }' <<<"$out")
@@ -56,11 +85,11 @@ fi
 write_gbps=$(awk -v k="$write_kib" 'BEGIN { printf "%.3f", k * 1024 / 1e9 }')
 read_gbps=$(awk -v k="$read_kib" 'BEGIN { printf "%.3f", k * 1024 / 1e9 }')
 if [[ $json -eq 1 ]]; then
-  printf '{"peer":"fio","fio_version":"%s","write_gbps":%s,"read_gbps":%s,"size":"%s","block":"%s","queue_depth":%s,"files":%d,"tuned":%s}\n' \
+  printf '{"peer":"fio","fio_version":"%s","write_gbps":%s,"read_gbps":%s,"size":"%s","block":"%s","queue_depth":%s,"files":%d,"tuned":%s,"iomem":"%s"}\n' \
     "$(fio --version)" "$write_gbps" "$read_gbps" "$size" "$block" "$qd" "${#files[@]}" \
-    "$([[ ${#tuned[@]} -gt 0 ]] && echo true || echo false)"
+    "$([[ ${#tuned[@]} -gt 0 ]] && echo true || echo false)" "$iomem_desc"
 else
-  echo "fio ($(fio --version)): io_uring, direct=1, bs $block, iodepth $qd, size $size, ${#files[@]} file(s)${tuned[@]+ ${tuned[*]}}"
+  echo "fio ($(fio --version)): io_uring, direct=1, bs $block, iodepth $qd, size $size, ${#files[@]} file(s)${tuned[@]+ ${tuned[*]}}, iomem $iomem_desc"
   echo "  write $write_gbps GB/s"
   echo "  read  $read_gbps GB/s"
 fi
