@@ -9,6 +9,7 @@
 #include <linux/seccomp.h>
 #include <stddef.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 
 #include <chrono>
 #include <cstdint>
@@ -86,6 +87,33 @@ auto within(double seconds, Fn&& fn) -> decltype(fn()) {
   }
   return result.get();
 }
+
+// Whether io_uring may pin any amount of memory for this process: it has CAP_IPC_LOCK, or no
+// RLIMIT_MEMLOCK. Elsewhere registering staging buffers may be refused for the limit (counted
+// per user, across processes), and tests that need a registration skip instead of failing.
+inline bool memlock_unbounded() {
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur == RLIM_INFINITY) return true;
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return false;
+  char line[256];
+  unsigned long long caps = 0;
+  while (std::fgets(line, sizeof line, f))
+    if (std::strncmp(line, "CapEff:", 7) == 0) caps = std::strtoull(line + 7, nullptr, 16);
+  std::fclose(f);
+  return (caps >> 14) & 1;  // CAP_IPC_LOCK
+}
+
+// Registers `regions`; where io_uring refuses and the locked-memory limit may be why, skips the
+// test saying so (a refusal without that excuse is left to the test's own checks).
+#define STRATA_REGISTER_OR_SKIP(io, regions)                                                    \
+  do {                                                                                          \
+    (io).register_buffers(regions);                                                             \
+    if (!(io).buffers_registered() && (io).backend_name() == "io_uring" &&                      \
+        !::strata::test::memlock_unbounded())                                                   \
+      GTEST_SKIP() << "io_uring refused to register staging buffers under this RLIMIT_MEMLOCK " \
+                      "without CAP_IPC_LOCK";                                                    \
+  } while (0)
 
 // From now on this process's calls of system call `nr` fail with `err` (a seccomp filter, as a
 // container policy installs). Permanent: use it in a child process (a death test).
