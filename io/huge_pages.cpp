@@ -1,7 +1,8 @@
 // io/huge_pages.cpp — HugePageBuffer (hugetlb → thp → 4 KiB pages) and huge_page_system().
 //
 // Every kind is an anonymous private mapping, so the destructor is one munmap whatever was
-// obtained. Pages are faulted in at allocation (MAP_POPULATE for hugetlb, MADV_POPULATE_WRITE
+// obtained. MADV_DONTFORK: a child process (fork) gets none of it, so a write in the parent
+// never has to copy a page that the device or io_uring holds pinned (as RDMA stacks do). Pages are faulted in at allocation (MAP_POPULATE for hugetlb, MADV_POPULATE_WRITE
 // or a touch per page otherwise): the first transfer and the io_uring registration then find
 // them present, and a THP mapping gets its huge pages before anything else fragments memory.
 #include "io/huge_pages.h"
@@ -115,6 +116,7 @@ HugePageBuffer::HugePageBuffer(size_t bytes, PageRequest request) : bytes_(bytes
       data_ = static_cast<std::byte*>(p);
       mapped_ = huge_bytes_ = huge;
       kind_ = PageKind::hugetlb;
+      ::madvise(data_, mapped_, MADV_DONTFORK);
       return;
     }
     why_ = hugetlb_refusal(errno);
@@ -149,6 +151,7 @@ HugePageBuffer::HugePageBuffer(size_t bytes, PageRequest request) : bytes_(bytes
     if (request == PageRequest::none || thp == "always") ::madvise(data_, mapped_, MADV_NOHUGEPAGE);
     kind_ = PageKind::none;
   }
+  ::madvise(data_, mapped_, MADV_DONTFORK);
   fault_in(data_, mapped_);
   if (kind_ == PageKind::thp) huge_bytes_ = anon_huge_bytes(data_, mapped_);
 }
