@@ -27,10 +27,20 @@ class UringBackend final : public IoBackend {
  public:
   explicit UringBackend(int queue_depth) : depth_(unsigned(queue_depth)) {
     // SUBMIT_ALL keeps submitting a batch past an SQE that fails early (its error arrives as a
-    // CQE like any other). Kernels before 5.18 refuse it with -EINVAL and get a plain ring.
-    // Not COOP_TASKRUN: completions must show up for a caller that only polls (wait(0)).
-    int rc = io_uring_queue_init(depth_, &ring_, IORING_SETUP_SUBMIT_ALL);
-    if (rc == -EINVAL) rc = io_uring_queue_init(depth_, &ring_, 0);
+    // CQE like any other). COOP_TASKRUN: the kernel hands completions to the submitting thread
+    // at its next entry into the kernel (or wakes it if it sleeps) instead of interrupting it
+    // with an inter-processor interrupt, which in a VM costs an exit per completion batch.
+    // TASKRUN_FLAG marks such pending work in the ring, so that a caller that only polls
+    // (wait(0): io_uring_peek_batch_cqe) enters the kernel to run it and still sees completions.
+    // Kernels before 5.19 (COOP_TASKRUN) or 5.18 (SUBMIT_ALL) refuse them with -EINVAL and get
+    // fewer flags.
+    int rc = -EINVAL;
+    for (unsigned flags : {IORING_SETUP_SUBMIT_ALL | IORING_SETUP_COOP_TASKRUN |
+                               IORING_SETUP_TASKRUN_FLAG,
+                           unsigned(IORING_SETUP_SUBMIT_ALL), 0u}) {
+      rc = io_uring_queue_init(depth_, &ring_, flags);
+      if (rc != -EINVAL) break;
+    }
     if (rc < 0)
       fail("io::uring", str("io_uring_queue_init(", depth_, ") refused: ", errno_string(-rc)),
            "the kernel or a seccomp filter disables io_uring (see "
