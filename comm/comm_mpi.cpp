@@ -15,12 +15,15 @@
 // collective and strata is SPMD).
 #include <mpi.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "core/dtype.h"
@@ -243,7 +246,11 @@ class MpiCommunicator final : public Communicator {
     int n = checked_count(count, "send");
     STRATA_CHECK(peer >= 0 && peer < size_, "comm::send", "peer ", peer, " of ", size_, " ranks");
     MPI_Comm c = comm_;
-    point_to_point(s, "send", count, t, peer, [=] { STRATA_MPI_CHECK(MPI_Send(buf, n, mpi_type(t), peer, tag, c)); });
+    point_to_point(s, "send", count, t, peer, [=] {
+      MPI_Request req;
+      STRATA_MPI_CHECK(MPI_Isend(buf, n, mpi_type(t), peer, tag, c, &req));
+      wait_sleeping(req);
+    });
   }
 
   void recv(Stream& s, void* buf, size_t count, CommType t, int peer, int tag) override {
@@ -251,7 +258,9 @@ class MpiCommunicator final : public Communicator {
     STRATA_CHECK(peer >= 0 && peer < size_, "comm::recv", "peer ", peer, " of ", size_, " ranks");
     MPI_Comm c = comm_;
     point_to_point(s, "recv", count, t, peer, [=] {
-      STRATA_MPI_CHECK(MPI_Recv(buf, n, mpi_type(t), peer, tag, c, MPI_STATUS_IGNORE));
+      MPI_Request req;
+      STRATA_MPI_CHECK(MPI_Irecv(buf, n, mpi_type(t), peer, tag, c, &req));
+      wait_sleeping(req);
     });
   }
 
@@ -278,6 +287,18 @@ class MpiCommunicator final : public Communicator {
                     context, [tracker, seq, name] { return tracker->arrivals(seq, name); });
       call();
     });
+  }
+
+  // Point-to-point transfers wait for their peer for as long as the schedule says (a pipeline
+  // stage's receive is posted well ahead): polled with a sleep that grows to 100 µs, so a
+  // waiting stream thread leaves the cores to compute instead of spinning in MPI_Wait.
+  static void wait_sleeping(MPI_Request& req) {
+    int done = 0;
+    for (int us = 1;; us = std::min(us * 2, 100)) {
+      STRATA_MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
+      if (done) return;
+      std::this_thread::sleep_for(std::chrono::microseconds(us));
+    }
   }
 
   template <class Call>

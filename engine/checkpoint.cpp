@@ -281,12 +281,17 @@ uint64_t checkpoint_file_bytes(const LlamaModel& model, int dp_rank) {
   return b;
 }
 
-std::vector<CheckpointPiece> checkpoint_pieces(const ModelConfig& config, int dp, int tp) {
+std::vector<CheckpointPiece> checkpoint_pieces(const ModelConfig& config, int dp, int tp,
+                                               const std::vector<StageUnits>& stages) {
   std::vector<CheckpointPiece> pieces;
+  const std::vector<StageUnits> whole = {StageUnits{}};
+  const std::vector<StageUnits>& st = stages.empty() ? whole : stages;
+  for (int p = 0; p < int(st.size()); ++p)
   for (int t = 0; t < tp; ++t) {
-    const LlamaModel model(config, dp, tp, t);
+    const LlamaModel model(config, dp, tp, t, st[size_t(p)]);
     for (int d = 0; d < dp; ++d) {
-      const std::string file = checkpoint_rank_file(d * tp + t);  // tp fastest (comm/mesh.h)
+      // world rank = (pp_index · dp + dp_index) · tp + tp_index (comm/mesh.h)
+      const std::string file = checkpoint_rank_file((p * dp + d) * tp + t);
       for (const auto& blk : checkpoint_blocks(model, d)) {
         const FlatLayout& L = model.unit(blk.unit).layout;
         const uint64_t lo = blk.shard_begin, hi = blk.shard_begin + blk.shard_numel;
@@ -307,7 +312,7 @@ std::vector<CheckpointPiece> checkpoint_pieces(const ModelConfig& config, int dp
 
 std::vector<CheckpointTensor> checkpoint_tensors(const LlamaModel& model) {
   std::vector<CheckpointTensor> out;
-  for (const auto& u : model.units())
+  for (const auto& u : model.all_units())
     for (const auto& v : u.layout.views()) out.push_back(CheckpointTensor{v.name, v.global_shape});
   return out;
 }

@@ -18,6 +18,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/pipeline.h"
+
 namespace strata {
 
 class LlamaModel;
@@ -93,8 +95,8 @@ struct CheckpointBlock {
   uint64_t shard_begin = 0;
   uint64_t shard_numel = 0;
 };
-// The file of world rank `rank` ("rank_00003.bin"); world rank = dp_index · tp + tp_index
-// (comm/mesh.h, pp = 1).
+// The file of world rank `rank` ("rank_00003.bin"); world rank = (pp_index · dp + dp_index) ·
+// tp + tp_index (comm/mesh.h).
 std::string checkpoint_rank_file(int rank);
 // The blocks of the rank with data-parallel index `dp_rank` (its tp slice is `model`'s).
 std::vector<CheckpointBlock> checkpoint_blocks(const LlamaModel& model, int dp_rank);
@@ -103,8 +105,11 @@ uint64_t checkpoint_file_bytes(const LlamaModel& model, int dp_rank);
 // each tp rank's layout built from `config`, in global coordinates. Only primary views are
 // stored (a replica — norm weights on every tp rank, a kv head on several — is read back from
 // its primary's piece); a column slice's fragment of a block is at most three pieces.
-std::vector<CheckpointPiece> checkpoint_pieces(const ModelConfig& config, int dp, int tp);
-// Every tensor by name and global shape.
+// With pipeline stages (`stages`, engine/pipeline.h; empty = one stage) each stage's ranks list
+// their own units' blocks.
+std::vector<CheckpointPiece> checkpoint_pieces(const ModelConfig& config, int dp, int tp,
+                                               const std::vector<StageUnits>& stages = {});
+// Every tensor of the whole model (all stages) by name and global shape.
 std::vector<CheckpointTensor> checkpoint_tensors(const LlamaModel& model);
 
 // ---- folders ----

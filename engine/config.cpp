@@ -55,12 +55,13 @@ namespace {
 // ---------------------------------------------------------------------------------------------
 // The schema.
 
-enum class Kind { integer, real, boolean, string, size, choice, string_list };
+enum class Kind { integer, real, boolean, string, size, choice, string_list, int_list };
 
 // Where a key's value lives. A choice key is stored either as its enum (choice i ↔ enum value i)
 // or as the chosen string.
 using Field = std::variant<int*, uint64_t*, float*, double*, bool*, std::string*, Tier*,
-                           Precision*, Schedule*, RopeType*, std::vector<std::string>*>;
+                           Precision*, Schedule*, RopeType*, PipelineSchedule*, std::vector<std::string>*,
+                           std::vector<int>*>;
 
 // Allowed numeric range; an unset bound is infinite. Integer and size keys have closed ranges
 // with whole bounds below 2^53 (exact as doubles) and are compared exactly (contains_integer).
@@ -270,7 +271,17 @@ const std::vector<Key>& keys() {
        "all-gathers and reduce-scatters replace the all-reduces (activation memory of those "
        "parts divided by tp); data.micro_batch x data.seq_len must be a multiple of tp"},
       {STRATA_CONFIG_KEY(parallel, pp), Kind::integer,
-       "pipeline stages; at most n_layers + 2 units", between(1, 4098)},
+       "pipeline stages (contiguous units each: the embedding goes with the first, the head with "
+       "the last); at most n_layers + 2", between(1, 4098)},
+      {STRATA_CONFIG_KEY(parallel, pp_schedule), Kind::choice,
+       "pipeline schedule over the step's train.grad_accum micro-batches: 1f1b (one forward, one "
+       "backward; the first stage holds at most pp micro-batches, needs grad_accum >= pp) or "
+       "gpipe (every forward, then every backward; holds all of them)",
+       any(), {"1f1b", "gpipe"}},
+      {STRATA_CONFIG_KEY(parallel, pp_layers), Kind::int_list,
+       "decoder blocks per stage (TOML array of pp integers summing to model.n_layers; "
+       "comma-separated in --set); empty = balanced by a cost model of FLOPs and bytes",
+       between(0, 1048576)},
       {STRATA_CONFIG_KEY(parallel, timeout), Kind::real,
        "seconds a collective or stream wait may last; past it the job is ended with a report "
        "naming the operation, the step and the ranks that did not arrive", between(1, 86400)},
@@ -424,6 +435,7 @@ std::string expected_text(const Key& k) {
     case Kind::size: return "a size (a byte count, or a string like \"512M\", \"2G\")";
     case Kind::choice: return str("one of ", quoted_list(k.choices, ", "));
     case Kind::string_list: return "an array of strings";
+    case Kind::int_list: return "an array of integers";
   }
   return "?";
 }
@@ -438,6 +450,7 @@ std::string type_text(const Key& k) {
     case Kind::size: return "size";
     case Kind::choice: return "enum";
     case Kind::string_list: return "list of strings";
+    case Kind::int_list: return "list of ints";
   }
   return "?";
 }
@@ -509,6 +522,10 @@ std::string toml_value(const Key& k, const Config& c) {
           list += join(q, ", ");
           list += ']';
           return list;
+        } else if constexpr (std::is_same_v<T, std::vector<int>>) {
+          std::vector<std::string> q;
+          for (int i : *p) q.push_back(std::to_string(i));
+          return str("[", join(q, ", "), "]");
         } else {
           return toml_string(k.choices.at(static_cast<size_t>(*p)));  // an enum
         }
@@ -544,6 +561,7 @@ struct Value {
   bool b = false;
   std::string s;
   std::vector<std::string> list;
+  std::vector<int64_t> ints;
   uint64_t bytes = 0;
 };
 
@@ -625,6 +643,13 @@ void store(std::string_view where, const Key& k, const Value& v, Config& c,
           *p = v.b;
         } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
           *p = v.list;
+        } else if constexpr (std::is_same_v<T, std::vector<int>>) {
+          p->clear();
+          for (int64_t i : v.ints) {
+            if (!k.range.contains_integer(i))
+              out_of_range(where, k, std::to_string(i), range_text(k), origin);
+            p->push_back(static_cast<int>(i));
+          }
         } else if (k.kind == Kind::string) {
           if constexpr (std::is_same_v<T, std::string>) *p = v.s;
         } else {  // a choice: an enum or a string
@@ -684,6 +709,13 @@ Value from_toml(std::string_view where, const Key& k, const toml::node& n, std::
       for (const toml::node& item : *n.as_array()) {
         if (!item.is_string()) bad();
         v.list.push_back(item.as_string()->get());
+      }
+      break;
+    case Kind::int_list:
+      if (!n.is_array()) bad();
+      for (const toml::node& item : *n.as_array()) {
+        if (!item.is_integer()) bad();
+        v.ints.push_back(item.as_integer()->get());
       }
       break;
   }
@@ -769,6 +801,22 @@ Value from_text(std::string_view where, const Key& k, std::string_view text,
         size_t comma = rest.find(',');
         std::string_view item = trim(rest.substr(0, comma));
         if (!item.empty()) v.list.emplace_back(item);
+        if (comma == std::string_view::npos) break;
+        rest.remove_prefix(comma + 1);
+      }
+      break;
+    }
+    case Kind::int_list: {  // "3,5" or "[3, 5]"
+      std::string_view rest = trim(text);
+      if (rest.size() >= 2 && rest.front() == '[' && rest.back() == ']')
+        rest = rest.substr(1, rest.size() - 2);
+      while (!trim(rest).empty()) {
+        size_t comma = rest.find(',');
+        std::string_view item = trim(rest.substr(0, comma));
+        int64_t i = 0;
+        auto [p, ec] = std::from_chars(item.data(), item.data() + item.size(), i);
+        if (ec != std::errc() || p != item.data() + item.size() || item.empty()) bad();
+        v.ints.push_back(i);
         if (comma == std::string_view::npos) break;
         rest.remove_prefix(comma + 1);
       }
@@ -995,6 +1043,37 @@ void validate(const Config& c) {
          str("parallel.pp = ", p.pp, " exceeds the model's ", units, " units (embedding, ",
              m.n_layers, " blocks, head)"),
          str("allowed: parallel.pp <= model.n_layers + 2 = ", units));
+  if (!p.pp_layers.empty()) {
+    int64_t total = 0;
+    std::vector<std::string> items;
+    for (int n : p.pp_layers) {
+      total += n;
+      items.push_back(std::to_string(n));
+    }
+    const std::string given = str("parallel.pp_layers = [", join(items, ", "), "]");
+    if (int64_t(p.pp_layers.size()) != p.pp)
+      fail(kWhere, str(given, " names ", p.pp_layers.size(), " stages but parallel.pp = ", p.pp),
+           "give one block count per stage, or leave parallel.pp_layers empty for a balanced split");
+    if (total != m.n_layers)
+      fail(kWhere, str(given, " sums to ", total, " blocks but model.n_layers = ", m.n_layers),
+           "the block counts of parallel.pp_layers must sum to model.n_layers");
+    for (size_t s = 1; s + 1 < p.pp_layers.size(); ++s)
+      if (p.pp_layers[s] == 0)
+        fail(kWhere, str(given, ": stage ", s, " would hold no unit (only the first stage has the "
+                         "embedding and only the last the head)"),
+             "give every middle stage at least one block");
+  }
+  if (p.pp > 1 && m.tie_embeddings)
+    fail(kWhere,
+         "parallel.pp > 1 with model.tie_embeddings = true: the embedding (first stage) and the "
+         "head (last stage) would share one weight across stages, which strata does not do",
+         "untie the head (model.tie_embeddings = false) or set parallel.pp = 1");
+  if (p.pp > 1 && p.pp_schedule == PipelineSchedule::one_f_one_b && c.train.grad_accum < p.pp)
+    fail(kWhere,
+         str("parallel.pp_schedule = \"1f1b\" needs at least parallel.pp = ", p.pp,
+             " micro-batches per step, but train.grad_accum = ", c.train.grad_accum),
+         str("set train.grad_accum >= ", p.pp, " (more micro-batches also shrink the bubble), or "
+             "parallel.pp_schedule = \"gpipe\""));
 }
 
 std::string config_to_toml(const Config& c) {

@@ -21,6 +21,7 @@ namespace strata {
 
 enum class Precision { fp32, bf16 };
 enum class Schedule { constant, cosine };
+enum class PipelineSchedule { one_f_one_b, gpipe };  // parallel.pp_schedule
 
 std::string_view tier_name(Tier t);
 std::string_view precision_name(Precision p);
@@ -116,6 +117,8 @@ struct ParallelConfig {
   int dp = 0;  // data-parallel ranks; 0 = world / (tp * pp)
   int tp = 1;
   int pp = 1;
+  PipelineSchedule pp_schedule = PipelineSchedule::one_f_one_b;
+  std::vector<int> pp_layers;  // decoder blocks per stage; empty = balanced (engine/pipeline.h)
   // Megatron's sequence parallelism (tp > 1): norms and residual adds on 1/tp of the tokens,
   // all-gathers and reduce-scatters in place of the all-reduces.
   bool sequence_parallel = false;

@@ -85,8 +85,8 @@ TpShard tp_shard(const ModelConfig& c, int tp, int index) {
   return t;
 }
 
-LlamaModel::LlamaModel(const ModelConfig& c, int dp, int tp, int tp_index)
-    : cfg_(c), tp_(tp_shard(c, tp, tp_index)) {
+LlamaModel::LlamaModel(const ModelConfig& c, int dp, int tp, int tp_index, StageUnits stage)
+    : cfg_(c), tp_(tp_shard(c, tp, tp_index)), stage_(stage) {
   const int64_t C = c.dim, V = c.vocab_size, F = c.ffn_dim, D = c.head_dim();
   const int64_t H = c.n_heads, KVH = c.n_kv_heads;
   const TpShard& t = tp_;
@@ -132,11 +132,23 @@ LlamaModel::LlamaModel(const ModelConfig& c, int dp, int tp, int tp_index)
   units_.push_back(std::move(head));
 
   for (auto& u : units_) u.layout.finalize(dp);
+  all_units_ = units_;
+  const int U = int(units_.size());
+  if (stage_.begin == 0 && stage_.end == 0) stage_.end = U;
+  STRATA_CHECK(stage_.begin >= 0 && stage_.begin < stage_.end && stage_.end <= U, "model::stage",
+               "units [", stage_.begin, ", ", stage_.end, ") of a model with ", U);
+  units_.assign(all_units_.begin() + stage_.begin, all_units_.begin() + stage_.end);
+  for (const auto& u : units_)
+    if (u.kind == UnitKind::block) {
+      if (layers_here_ == 0) first_layer_ = u.layer;
+      ++layers_here_;
+    }
+  if (layers_here_ == 0) first_layer_ = stage_.begin == 0 ? 0 : c.n_layers;
 }
 
 int64_t LlamaModel::num_params() const {
   int64_t n = 0;
-  for (const auto& u : units_)
+  for (const auto& u : all_units_)
     for (const auto& v : u.layout.views())
       n = checked_add(n, checked_cast<int64_t>(v.global_numel(), "tensor numel"), "parameter count");
   return n;
@@ -144,7 +156,7 @@ int64_t LlamaModel::num_params() const {
 
 double LlamaModel::train_flops_per_token(int T) const {
   double matmul = 0;
-  for (const auto& u : units_) {
+  for (const auto& u : all_units_) {
     if (u.kind == UnitKind::embedding) continue;  // a lookup, not a matmul
     for (const auto& v : u.layout.views())
       if (!v.is_norm) matmul += static_cast<double>(v.global_numel());
@@ -228,34 +240,53 @@ uint64_t logits_bytes(const ModelConfig& c, int B, int T, int tp) {
 
 uint64_t activation_bytes(const ModelConfig& c, int B, int T, bool ckpt, int tp, bool sp) {
   STRATA_CHECK(B > 0 && T > 0, "model::activation_bytes", "B = ", B, ", T = ", T);
+  return activation_bytes(LlamaModel(c, 1, tp, 0), B, T, ckpt, sp, 1);
+}
+
+uint64_t activation_bytes(const LlamaModel& model, int B, int T, bool ckpt, bool sp, int slots) {
+  STRATA_CHECK(B > 0 && T > 0 && slots > 0, "model::activation_bytes", "B = ", B, ", T = ", T,
+               ", slots = ", slots);
+  const ModelConfig& c = model.config();
+  const int tp = model.tp().size;
   const LocalDims d = local_dims(c, tp_shard(c, tp, 0));
   const uint64_t N = mul(B, T), C = c.dim;
   sp = sp && tp > 1;
   const uint64_t R = sp ? N / uint64_t(tp) : N;  // rows of the residual stream here
-  const uint64_t sets = ckpt ? 1 : uint64_t(c.n_layers);
-  const uint64_t floats = sum({
-      mul(sets, sum({block_act_floats(c, d, B, T, R), 10 * kAlignFloats})),
-      mul(uint64_t(c.n_layers) + 1, pad(mul(R, C))),                      // residual stream
-      pad(mul(N, C)), pad(R), pad(N),                                     // head: lnf, rstd, losses
-      pad(mul(N, 2)), pad(mul(mul(N, 2), uint64_t(tp))), pad(N),          // loss parts, lse
-      sp ? sum({pad(mul(R, C)), mul(pad(mul(N, C)), 2)}) : 0,             // sp: lnf rows, gathers
+  const uint64_t layers = uint64_t(model.layers_here());
+  const bool head = model.has_head(), pipe = !model.whole();
+  const uint64_t block_set = sum({block_act_floats(c, d, B, T, R), 10 * kAlignFloats});
+  // One micro-batch's own buffers (a pipeline stage holds `slots` of them).
+  const uint64_t per_slot = sum({
+      ckpt ? 0 : mul(layers, block_set),                                  // saved activations
+      mul(layers + 1, pad(mul(R, C))),                                    // residual stream
+      2 * pad(N),                                                         // tokens
+      head ? sum({pad(mul(N, C)), pad(R), pad(N)}) : 0,                   // head: lnf, rstd, lse
+      head && sp ? pad(mul(R, C)) : 0,                                    // sp: lnf rows
+      pipe && !head ? pad(mul(R, C)) : 0,                                 // d(stage output)
+      pipe && model.has_embedding() ? 0 : (pipe ? pad(mul(R, C)) : 0),    // d(stage input)
+  });
+  const uint64_t shared = sum({
+      ckpt ? block_set : 0,                                               // recomputed activations
+      head ? sum({pad(N), pad(mul(N, 2)), pad(mul(mul(N, 2), uint64_t(tp)))}) : 0,  // losses, parts
+      sp ? mul(pad(mul(N, C)), 2) : 0,                                    // sp: gathers
       pad(mul(R, C)), pad(mul(N, C)), pad(mul(N, d.HD())),                // backward scratch
       pad(mul(N, d.QKV())), pad(mul(N, 2 * d.F)), pad(mul(N, d.F)),
       pad(mul(uint64_t(T), c.head_dim())),                                // rope cos | sin tables
   });
-  return checked_add(sum({mul(sum({floats, 2 * pad(N)}), 4), logits_bytes(c, B, T, tp)}),
-                     uint64_t(4096),  // tokens, loss slots
+  return checked_add(sum({mul(sum({mul(per_slot, uint64_t(slots)), shared}), 4),
+                          head ? logits_bytes(c, B, T, tp) : 0}),
+                     uint64_t(4096),  // loss slots
                      "activation bytes");
 }
 
 ModelRunner::ModelRunner(const LlamaModel& model, Device& device, int B, int T, bool ckpt,
-                         int max_heads, TpOptions comms)
+                         int max_heads, TpOptions comms, int micro_slots)
     : model_(model), device_(device), B_(B), T_(T), ckpt_(ckpt), comms_(comms),
       max_heads_(max_heads) {
   const ModelConfig& c = model.config();
   const TpShard& tp = model.tp();
-  STRATA_CHECK(B > 0 && T > 0 && max_heads > 0, "model::runner", "B = ", B, ", T = ", T,
-               ", max_heads = ", max_heads);
+  STRATA_CHECK(B > 0 && T > 0 && max_heads > 0 && micro_slots > 0, "model::runner", "B = ", B,
+               ", T = ", T, ", max_heads = ", max_heads, ", micro_slots = ", micro_slots);
   STRATA_CHECK(tp.size == 1 || (comms.tp && comms.tp->size() == tp.size &&
                                 comms.tp->rank() == tp.index),
                "model::runner", "tensor parallelism over ", tp.size,
@@ -275,9 +306,14 @@ ModelRunner::ModelRunner(const LlamaModel& model, Device& device, int B, int T, 
                N, " tokens over ", tp.size, " ranks");
   const uint64_t R = sp_ ? N / uint64_t(tp.size) : N;
   rows_ = int(R);
-  (void)activation_bytes(c, B, T, ckpt, tp.size, sp_);  // every size below fits in 64 bits
+  (void)activation_bytes(model, B, T, ckpt, sp_, micro_slots);  // every size below fits in 64 bits
   chunk_ = loss_chunk_rows(c, B, T, tp.size);
-  whole_logits_ = tp.size == 1 && uint64_t(chunk_) == N;
+  // Several micro-batches in flight: a head backward may follow other head forwards, so the
+  // logits are always recomputed from the kept normed input (the parts path).
+  whole_logits_ = tp.size == 1 && uint64_t(chunk_) == N && micro_slots == 1;
+  recompute_logits_ = uint64_t(chunk_) < N || micro_slots > 1;
+  const bool head = model.has_head(), pipe = !model.whole();
+  const int layers = model.layers_here();
 
   auto alloc = [&](uint64_t floats, const char* what) {
     buffers_.push_back(device.alloc(floats * 4, what));
@@ -296,17 +332,10 @@ ModelRunner::ModelRunner(const LlamaModel& model, Device& device, int B, int T, 
   rope_cos_ = tables;
   rope_sin_ = tables + rope.cos.size();
 
-  buffers_.push_back(device.alloc(2 * N * 4, "token buffers"));
-  inputs_ = buffers_.back().as<int32_t>();
-  targets_ = inputs_ + N;
   buffers_.push_back(device.alloc(uint64_t(max_heads) * 8, "loss slots"));
   loss_slots_ = buffers_.back().as<double>();
 
-  for (int l = 0; l <= c.n_layers; ++l) xs_.push_back(alloc(R * C, "residual stream activations"));
-
-  int sets = ckpt ? 1 : c.n_layers;
-  acts_.resize(static_cast<size_t>(sets));
-  for (auto& a : acts_) {
+  auto block_set = [&](BlockActs& a) {
     float* p = alloc(block_act_floats(c, d, B, T, R) + 10 * kAlignFloats, "block activations");
     auto take = [&](uint64_t n) {
       float* r = p;
@@ -323,20 +352,41 @@ ModelRunner::ModelRunner(const LlamaModel& model, Device& device, int B, int T, 
     a.rstd2 = take(R);
     a.gu = take(N * 2 * F);
     a.h = take(N * F);
+  };
+  BlockActs recomputed;  // activation checkpointing: one set, recomputed in backward
+  if (ckpt) block_set(recomputed);
+  slots_.resize(size_t(micro_slots));
+  for (Slot& sl : slots_) {
+    buffers_.push_back(device.alloc(2 * N * 4, "token buffers"));
+    sl.inputs = buffers_.back().as<int32_t>();
+    sl.targets = sl.inputs + N;
+    for (int l = 0; l <= layers; ++l) sl.xs.push_back(alloc(R * C, "residual stream activations"));
+    if (ckpt) {
+      sl.acts.assign(1, recomputed);
+    } else {
+      sl.acts.resize(size_t(layers));
+      for (auto& a : sl.acts) block_set(a);
+    }
+    if (head) {
+      sl.lnf = alloc(N * C, "head activations");
+      sl.rstdf = alloc(R, "head activations");
+      sl.ce_lse = alloc(N, "loss parts");
+      if (sp_) sl.lnf_rows = alloc(R * C, "head activations");
+    }
+    if (pipe && !head) sl.dout = alloc(R * C, "pipeline gradients");
+    if (pipe && !model.has_embedding()) sl.din = alloc(R * C, "pipeline gradients");
   }
-  lnf_ = alloc(N * C, "head activations");
-  rstdf_ = alloc(R, "head activations");
   if (sp_) {
-    lnf_rows_ = alloc(R * C, "head activations");
     full_ = alloc(N * C, "sequence-parallel gathers");
     dfull_ = alloc(N * C, "sequence-parallel gathers");
   }
-  logits_ = alloc(uint64_t(chunk_) * d.V, "logits");
-  losses_ = alloc(N, "per-token losses");
-  if (!whole_logits_) {
-    ce_stats_ = alloc(2 * N, "loss parts");
-    ce_stats_all_ = tp.size > 1 ? alloc(2 * N * uint64_t(tp.size), "loss parts") : ce_stats_;
-    ce_lse_ = alloc(N, "loss parts");
+  if (head) {
+    logits_ = alloc(uint64_t(chunk_) * d.V, "logits");
+    losses_ = alloc(N, "per-token losses");
+    if (!whole_logits_) {
+      ce_stats_ = alloc(2 * N, "loss parts");
+      ce_stats_all_ = tp.size > 1 ? alloc(2 * N * uint64_t(tp.size), "loss parts") : ce_stats_;
+    }
   }
   dx_ = alloc(R * C, "backward scratch");
   dln_ = alloc(N * C, "backward scratch");
@@ -344,14 +394,42 @@ ModelRunner::ModelRunner(const LlamaModel& model, Device& device, int B, int T, 
   dqkv_ = alloc(N * QKV, "backward scratch");
   dgu_ = alloc(N * 2 * F, "backward scratch");
   dh_ = alloc(N * F, "backward scratch");
+  use_slot(0);
+}
+
+void ModelRunner::use_slot(int k) {
+  STRATA_CHECK(k >= 0 && k < int(slots_.size()), "model::use_slot", "slot ", k, " of ",
+               slots_.size(), " micro-batch slots");
+  const Slot& sl = slots_[size_t(k)];
+  slot_ = k;
+  inputs_ = sl.inputs;
+  targets_ = sl.targets;
+  xs_ = sl.xs;
+  acts_ = sl.acts;
+  lnf_ = sl.lnf;
+  rstdf_ = sl.rstdf;
+  ce_lse_ = sl.ce_lse;
+  lnf_rows_ = sl.lnf_rows;
+}
+
+size_t ModelRunner::boundary_floats() const { return size_t(rows_) * model_.config().dim; }
+float* ModelRunner::stage_input() { return xs_.front(); }
+float* ModelRunner::stage_output() { return xs_.back(); }
+float* ModelRunner::grad_output() {
+  STRATA_CHECK(slots_[size_t(slot_)].dout, "model::grad_output", "the last stage has no output gradient to receive");
+  return slots_[size_t(slot_)].dout;
+}
+float* ModelRunner::grad_input() {
+  STRATA_CHECK(slots_[size_t(slot_)].din, "model::grad_input", "the first stage sends no input gradient");
+  return slots_[size_t(slot_)].din;
 }
 
 ModelRunner::~ModelRunner() = default;
 
 void ModelRunner::load_batch(Stream& s, const int32_t* inputs, const int32_t* targets) {
   size_t n = size_t(B_) * T_;
-  s.copy(inputs_, inputs, n * 4);
-  s.copy(targets_, targets, n * 4);
+  if (inputs) s.copy(inputs_, inputs, n * 4);
+  if (targets) s.copy(targets_, targets, n * 4);
 }
 
 void ModelRunner::copy_losses(Stream& s, double* host_out) {
@@ -403,7 +481,7 @@ void ModelRunner::block_forward(Stream& s, int layer, const float* p, BlockActs&
   // Local sizes: this rank's heads, kv heads and ffn columns (all of them with tp = 1).
   const int N = B_ * T_, C = c.dim, F = tp.ffn, H = tp.heads, KVH = tp.kv_heads;
   const int D = c.head_dim(), HD = H * D, QKV = (H + 2 * KVH) * D;  // int: checked at construction
-  const FlatLayout& L = model_.unit(1 + layer).layout;
+  const FlatLayout& L = model_.unit(model_.block_unit(layer)).layout;
   const std::string pre = str("model.layers.", layer, ".");
   const float* w_ln1 = p + L.view(pre + "input_layernorm.weight").offset;
   const float* w_qkv = p + L.view(pre + "self_attn.q_proj.weight").offset;  // (QKV, C)
@@ -493,8 +571,9 @@ void ModelRunner::forward(Stream& s, int u, const float* p, const float* embeddi
       }
       return;
     case UnitKind::block: {
-      int l = unit.layer;
-      block_forward(s, l, p, acts_[ckpt_ ? 0 : size_t(l)], xs_[size_t(l)], xs_[size_t(l) + 1]);
+      const int l = unit.layer;
+      const size_t i = size_t(l - model_.first_layer());  // this stage's block index
+      block_forward(s, l, p, acts_[ckpt_ ? 0 : i], xs_[i], xs_[i + 1]);
       return;
     }
     case UnitKind::head: {
@@ -505,10 +584,10 @@ void ModelRunner::forward(Stream& s, int u, const float* p, const float* embeddi
       const float* w_head = model_.tied() ? embedding_params : p + L.view("lm_head.weight").offset;
       STRATA_CHECK(w_head != nullptr, "model::forward", "tied head needs the embedding's parameters");
       if (sp_) {  // the final norm on this rank's rows; the head reads every token's
-        ops.rmsnorm_fwd(s, lnf_rows_, rstdf_, xs_[size_t(c.n_layers)], w_norm, rows_, C, c.norm_eps);
+        ops.rmsnorm_fwd(s, lnf_rows_, rstdf_, xs_.back(), w_norm, rows_, C, c.norm_eps);
         sp_all_gather(s, lnf_, lnf_rows_);
       } else {
-        ops.rmsnorm_fwd(s, lnf_, rstdf_, xs_[size_t(c.n_layers)], w_norm, N, C, c.norm_eps);
+        ops.rmsnorm_fwd(s, lnf_, rstdf_, xs_.back(), w_norm, N, C, c.norm_eps);
       }
       if (whole_logits_) {
         ops.linear_fwd(s, logits_, lnf_, w_head, N, C, V);
@@ -533,7 +612,7 @@ void ModelRunner::head_backward_parts(Stream& s, const float* w_head, float* dw_
   const TpShard& tp = model_.tp();
   Ops& ops = device_.ops();
   const int N = B_ * T_, C = c.dim, V = c.vocab_size, Vp = tp.vocab_rows;
-  const bool recompute = chunk_ < N;
+  const bool recompute = recompute_logits_;
   for (int n0 = 0; n0 < N; n0 += chunk_) {
     const int n = std::min(chunk_, N - n0);
     const float* ln = lnf_ + size_t(n0) * C;
@@ -546,6 +625,17 @@ void ModelRunner::head_backward_parts(Stream& s, const float* w_head, float* dw_
 
 void ModelRunner::backward(Stream& s, int u, const float* p, float* g, float dloss,
                            const float* embedding_params, float* embedding_grads) {
+  const bool pipe = !model_.whole();
+  // A pipeline stage's backward starts from the gradient of its output that the next stage
+  // sent, and leaves the gradient of its input where the send to the previous stage reads it.
+  if (pipe && !model_.has_head() && u == model_.num_units() - 1)
+    s.copy(dx_, grad_output(), boundary_floats() * 4);
+  backward_unit(s, u, p, g, dloss, embedding_params, embedding_grads);
+  if (pipe && !model_.has_embedding() && u == 0) s.copy(grad_input(), dx_, boundary_floats() * 4);
+}
+
+void ModelRunner::backward_unit(Stream& s, int u, const float* p, float* g, float dloss,
+                                const float* embedding_params, float* embedding_grads) {
   const ModelConfig& c = model_.config();
   const TpShard& tp = model_.tp();
   Ops& ops = device_.ops();
@@ -571,16 +661,17 @@ void ModelRunner::backward(Stream& s, int u, const float* p, float* g, float dlo
         tp_all_reduce(s, dln_, size_t(N) * C);  // d(lnf): the sum of every vocabulary part's
       }
       s.fill_zero(dx_, size_t(rows_) * C * 4);
-      ops.rmsnorm_bwd(s, dx_, g + o_norm, dln_, xs_[size_t(c.n_layers)], p + o_norm, rstdf_,
+      ops.rmsnorm_bwd(s, dx_, g + o_norm, dln_, xs_.back(), p + o_norm, rstdf_,
                       rows_, C);
       sp_sum_norm_grad(s, g + o_norm);
       return;
     }
     case UnitKind::block: {
       const int l = unit.layer;
-      BlockActs& a = acts_[ckpt_ ? 0 : size_t(l)];
-      const float* x = xs_[size_t(l)];
-      if (ckpt_) block_forward(s, l, p, a, x, xs_[size_t(l) + 1]);  // recompute the activations
+      const size_t i = size_t(l - model_.first_layer());  // this stage's block index
+      BlockActs& a = acts_[ckpt_ ? 0 : i];
+      const float* x = xs_[i];
+      if (ckpt_) block_forward(s, l, p, a, x, xs_[i + 1]);  // recompute the activations
       const std::string pre = str("model.layers.", l, ".");
       const size_t o_ln1 = L.view(pre + "input_layernorm.weight").offset;
       const size_t o_qkv = L.view(pre + "self_attn.q_proj.weight").offset;

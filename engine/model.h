@@ -28,6 +28,7 @@
 #include "comm/comm.h"
 #include "engine/config.h"
 #include "engine/flat_param.h"
+#include "engine/pipeline.h"
 #include "kernels/device.h"
 
 namespace strata {
@@ -52,16 +53,30 @@ struct TpShard {
 // The slices of tp rank `index`; an Error naming parallel.tp when the model does not split.
 TpShard tp_shard(const ModelConfig& config, int tp, int index);
 
+// Pipeline parallelism: a model built for one stage (`stage`, global units [begin, end); the
+// default {0, 0} means every unit) holds only that stage's units, numbered from 0 — unit(0) is
+// the stage's first. all_units() still describes the whole model (names, shapes, counts).
 class LlamaModel {
  public:
-  explicit LlamaModel(const ModelConfig& config, int dp = 1, int tp = 1, int tp_index = 0);
+  explicit LlamaModel(const ModelConfig& config, int dp = 1, int tp = 1, int tp_index = 0,
+                      StageUnits stage = {});
 
   const ModelConfig& config() const { return cfg_; }
   int num_units() const { return static_cast<int>(units_.size()); }
   const UnitSpec& unit(int u) const { return units_.at(static_cast<size_t>(u)); }
   const std::vector<UnitSpec>& units() const { return units_; }
+  const std::vector<UnitSpec>& all_units() const { return all_units_; }  // every stage's
   bool tied() const { return cfg_.tie_embeddings; }
   const TpShard& tp() const { return tp_; }
+  // This stage: its global units, its blocks [first_layer, first_layer + layers_here) and
+  // whether it holds the embedding (the first stage) and the head (the last).
+  const StageUnits& stage() const { return stage_; }
+  bool whole() const { return stage_.begin == 0 && stage_.end == int(all_units_.size()); }
+  int first_layer() const { return first_layer_; }
+  int layers_here() const { return layers_here_; }
+  bool has_embedding() const { return stage_.begin == 0; }
+  bool has_head() const { return stage_.end == int(all_units_.size()); }
+  int block_unit(int layer) const { return layer - first_layer_ + (has_embedding() ? 1 : 0); }
 
   int64_t num_params() const;              // every global parameter once (tied counted once)
   // Training FLOPs per token (forward + backward) at sequence length T: 6 × (matmul weights)
@@ -76,7 +91,9 @@ class LlamaModel {
  private:
   ModelConfig cfg_;
   TpShard tp_;
-  std::vector<UnitSpec> units_;
+  StageUnits stage_;
+  int first_layer_ = 0, layers_here_ = 0;
+  std::vector<UnitSpec> units_, all_units_;
 };
 
 // Tokens per loss chunk: model.loss_chunk, or (0) the whole micro-batch when its logits fit
@@ -88,6 +105,12 @@ int loss_chunk_rows(const ModelConfig& cfg, int B, int T, int tp);
 // the largest).
 uint64_t activation_bytes(const ModelConfig& cfg, int B, int T, bool checkpointing, int tp = 1,
                           bool sequence_parallel = false);
+// The same for the runner of `model` (its tp slice and pipeline stage) holding `slots`
+// micro-batches at once: per micro-batch its residual stream, saved activations, tokens, head
+// inputs and stage-boundary gradients; shared the backward scratch, logits and recomputed
+// activations.
+uint64_t activation_bytes(const LlamaModel& model, int B, int T, bool checkpointing,
+                          bool sequence_parallel, int slots);
 // The logits part of it: (loss chunk, vocabulary rows) f32.
 uint64_t logits_bytes(const ModelConfig& cfg, int B, int T, int tp = 1);
 
@@ -106,8 +129,10 @@ struct TpOptions {
 class ModelRunner {
  public:
   // max_heads: how many head forwards (micro-batches) may run between reset_loss() calls.
+  // micro_slots: micro-batches whose activations are held at once (a pipeline stage's
+  // schedule needs several; engine/pipeline.h); use_slot() picks the one the calls below use.
   ModelRunner(const LlamaModel& model, Device& device, int B, int T, bool checkpointing,
-              int max_heads = 1, TpOptions tp_options = {});
+              int max_heads = 1, TpOptions tp_options = {}, int micro_slots = 1);
   ~ModelRunner();
   ModelRunner(const ModelRunner&) = delete;
   ModelRunner& operator=(const ModelRunner&) = delete;
@@ -141,8 +166,40 @@ class ModelRunner {
   // Bytes of the tensor-parallel collectives enqueued since the last call (buffer sizes).
   uint64_t take_tp_bytes();
 
+  // ---- pipeline stages (a model built for one stage; engine/pipeline.h) ----
+  // Selects the micro-batch slot that load_batch, forward and backward use from now on; a
+  // slot's activations live from its forward to its backward.
+  void use_slot(int k);
+  int slots() const { return int(slots_.size()); }
+  // The current slot's stage boundary, (rows × dim) f32 each, rows = B·T (or B·T / tp with
+  // sequence parallelism): the input activations a receive fills before the stage's first
+  // forward (a stage without the embedding); the output activations its last forward leaves
+  // for the send; the gradient of the output a receive fills before the stage's backward (a
+  // stage without the head), and the gradient of the input its backward leaves for the send
+  // (a stage without the embedding).
+  size_t boundary_floats() const;
+  float* stage_input();
+  float* stage_output();
+  float* grad_output();
+  float* grad_input();
+
  private:
   struct BlockActs;
+  // One micro-batch's own buffers (pointers into buffers_).
+  struct Slot {
+    int32_t* inputs = nullptr;
+    int32_t* targets = nullptr;
+    std::vector<float*> xs;
+    std::vector<BlockActs> acts;
+    float* lnf = nullptr;
+    float* rstdf = nullptr;
+    float* ce_lse = nullptr;
+    float* lnf_rows = nullptr;
+    float* dout = nullptr;  // d(stage output), received
+    float* din = nullptr;   // d(stage input), to send
+  };
+  void backward_unit(Stream& s, int u, const float* params, float* grads, float dloss,
+                     const float* embedding_params, float* embedding_grads);
   void block_forward(Stream& s, int layer, const float* p, BlockActs& a, const float* x_in,
                      float* x_out);
 
@@ -164,7 +221,10 @@ class ModelRunner {
   bool sp_ = false;                     // sequence parallelism in effect
   int rows_ = 0;                        // tokens of the residual stream here: N, or N/tp with sp_
   int chunk_ = 0;                       // tokens per loss chunk
-  bool whole_logits_ = true;            // tp = 1 and one chunk: the plain cross-entropy
+  bool whole_logits_ = true;            // tp = 1, one chunk, one slot: the plain cross-entropy
+  bool recompute_logits_ = false;       // head backward recomputes the logits (chunks or slots)
+  std::vector<Slot> slots_;
+  int slot_ = 0;
   uint64_t tp_bytes_ = 0;
   std::vector<Buffer> buffers_;
   int32_t* inputs_ = nullptr;

@@ -48,11 +48,20 @@ bool MemoryPlan::fits() const {
   return true;
 }
 
-MemoryPlan plan_memory(const Config& c, int dp, const PlanMachine& machine) {
-  const int tp = c.parallel.tp;
-  LlamaModel model(c.model, dp, tp, 0);  // tp rank 0 holds the largest vocabulary part
+MemoryPlan plan_memory(const Config& c, int dp, const PlanMachine& machine, int stage) {
+  const int tp = c.parallel.tp, pp = c.parallel.pp;
+  STRATA_CHECK(stage >= 0 && stage < pp, "plan::stage", "stage ", stage, " of ", pp);
+  const std::vector<StageUnits> stages = pipeline_partition(c);
+  // tp rank 0 holds the largest vocabulary part; a stage its own units.
+  LlamaModel model(c.model, dp, tp, 0, stages[size_t(stage)]);
   const Placement pl = zero_options(c).placement;
+  // The micro-batches this stage's schedule holds at once (1 without pipeline stages).
+  const int in_flight = pp == 1 ? 1 : max_in_flight(pipeline_schedule(c.parallel.pp_schedule, pp,
+                                                                       stage, c.train.grad_accum));
   MemoryPlan p;
+  p.stage = stage;
+  p.units = stages[size_t(stage)];
+  p.micro_batches_held = in_flight;
   p.params = model.num_params();
   p.ranks_here = machine.ranks_here > 0
                      ? machine.ranks_here
@@ -92,11 +101,15 @@ MemoryPlan plan_memory(const Config& c, int dp, const PlanMachine& machine) {
     row(Tier::device, str("full gradients (", slots, " units)"), mul(mul(slots, full), 4));
     if (dp > 1) row(Tier::device, "reduce-scatter result (1 shard)", mul(max_shard, 4));
   }
-  const uint64_t acts = activation_bytes(c.model, c.data.micro_batch, c.data.seq_len,
-                                         c.zero.activation_checkpointing, tp,
-                                         c.parallel.sequence_parallel);
-  const uint64_t logits = logits_bytes(c.model, c.data.micro_batch, c.data.seq_len, tp);
-  row(Tier::device, "activations (one micro-batch)", acts - logits);
+  const uint64_t acts = activation_bytes(model, c.data.micro_batch, c.data.seq_len,
+                                         c.zero.activation_checkpointing,
+                                         c.parallel.sequence_parallel, in_flight);
+  const uint64_t logits =
+      model.has_head() ? logits_bytes(c.model, c.data.micro_batch, c.data.seq_len, tp) : 0;
+  row(Tier::device,
+      in_flight == 1 ? std::string("activations (one micro-batch)")
+                     : str("activations (", in_flight, " micro-batches in flight)"),
+      acts - logits);
   row(Tier::device,
       str("logits (", loss_chunk_rows(c.model, c.data.micro_batch, c.data.seq_len, tp),
           " tokens x ", model.tp().vocab_rows, " vocabulary rows)"),

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "engine/config.h"
+#include "engine/pipeline.h"
 
 namespace strata {
 
@@ -37,6 +38,11 @@ struct MemoryPlan {
   std::vector<PlanCheck> checks;
   int64_t params = 0;
   int ranks_here = 1;
+  // Pipeline parallelism: the stage this plan is for, its global units and the micro-batches
+  // its schedule holds at once.
+  int stage = 0;
+  StageUnits units;
+  int micro_batches_held = 1;
   uint64_t tier_bytes(const std::string& tier) const;
   uint64_t device_bytes() const { return tier_bytes("device"); }
   bool fits() const;
@@ -52,6 +58,7 @@ struct PlanMachine {
 
 // dp: data-parallel ranks sharing the states; parallel.tp splits every unit first (the bytes are
 // those of tp rank 0, which holds the largest vocabulary part).
-MemoryPlan plan_memory(const Config& config, int dp, const PlanMachine& machine);
+// The plan of one rank of pipeline stage `stage` (tp rank 0's slice, the largest).
+MemoryPlan plan_memory(const Config& config, int dp, const PlanMachine& machine, int stage = 0);
 
 }  // namespace strata

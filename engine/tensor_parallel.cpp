@@ -35,7 +35,7 @@ std::vector<std::vector<float>> assemble_unit(Communicator* tp, Device& device, 
   std::vector<LlamaModel> peers;
   size_t most = 0;
   for (int r = 0; r < size; ++r) {
-    peers.emplace_back(model.config(), L.dp(), size, r);
+    peers.emplace_back(model.config(), L.dp(), size, r, model.stage());  // this stage's units
     most = std::max(most, peers.back().unit(u).layout.numel());
   }
   Buffer send = device.alloc(most * 4, "tp assembly");

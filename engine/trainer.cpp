@@ -7,7 +7,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <memory>
 
 #include <tbb/global_control.h>
 
@@ -22,7 +24,9 @@
 #include "comm/comm_nccl.h"
 #include "engine/data.h"
 #include "comm/mesh.h"
+#include "engine/file_util.h"
 #include "engine/model.h"
+#include "engine/pipeline.h"
 #include "engine/plan.h"
 #include "engine/safetensors.h"
 #include "engine/tensor_parallel.h"
@@ -94,6 +98,25 @@ struct Trainer::Impl {
   Communicator* tpc = nullptr;  // the tensor-parallel group (tp > 1): mesh.tp_comm, or NCCL
   Communicator* kvc = nullptr;  // the ranks sharing this rank's kv head (tp > n_kv_heads)
   std::unique_ptr<Communicator> kv_mpi, nccl_tp, nccl_kv;
+  // Pipeline stages (parallel.pp > 1; engine/pipeline.h): the partition, this rank's stage and
+  // schedule, and the links to the neighbouring stages. Each direction of each link has its
+  // own stream and communicator (a duplicate of the pp group per link parity), so a send never
+  // queues behind a receive and the two ranks of a link use each communicator from one stream.
+  int pp = 1, stage = 0;
+  std::vector<StageUnits> stages;
+  std::vector<PipeOp> schedule;
+  Communicator* ppc = nullptr;                 // the pp group for the loss and the norm (NCCL on CUDA)
+  std::unique_ptr<Communicator> nccl_pp;
+  std::unique_ptr<Communicator> pp_links[4], nccl_links[4];  // activations ×2 parities, gradients ×2
+  Communicator *send_next_c = nullptr, *recv_prev_c = nullptr, *recv_next_c = nullptr,
+               *send_prev_c = nullptr;
+  std::unique_ptr<Stream> send_next, recv_prev, recv_next, send_prev;
+  // Per micro-batch slot of the runner: the compute stream finished its forward / backward; the
+  // stage input / output gradient arrived; the output / input gradient has been sent.
+  struct SlotEvents {
+    std::unique_ptr<Event> fwd_done, bwd_done, act_in, grad_in, act_sent, grad_sent;
+  };
+  std::vector<SlotEvents> slot_events;
   std::unique_ptr<Device> host_device;         // for host-memory collectives over `world`
   std::unique_ptr<Stream> host_stream;
   std::unique_ptr<tbb::global_control> threads;
@@ -128,8 +151,6 @@ struct Trainer::Impl {
 
   Impl(const Config& c, Communicator& w, TrainerOptions o) : cfg(c), opt(std::move(o)), world(w) {
     validate(cfg);
-    if (cfg.parallel.pp != 1)
-      fail("train::init", "pipeline parallelism is not available yet", "set parallel.pp = 1");
     watchdog_set_timeout(cfg.parallel.timeout);
     watchdog_set_step(-1);
     watchdog_set_phase("setup");
@@ -160,6 +181,18 @@ struct Trainer::Impl {
       cfg.model.loss_chunk = loss_chunk;
     }
     validate(cfg);
+    pp = mesh.pp;
+    stage = mesh.pp_index;
+    stages = pipeline_partition(cfg);  // {all units} with pp = 1
+    if (pp > 1) {
+      schedule = pipeline_schedule(cfg.parallel.pp_schedule, pp, stage, cfg.train.grad_accum);
+      ppc = mesh.pp_comm.get();
+      ppc->set_name("pp");
+      for (int j = 0; j < 4; ++j) {
+        pp_links[j] = mesh.pp_comm->split(0, mesh.pp_index);
+        pp_links[j]->set_name(str(j < 2 ? "pp activations " : "pp gradients ", j % 2));
+      }
+    }
     const TpShard shard = tp_shard(cfg.model, mesh.tp, mesh.tp_index);
     if (mesh.tp > 1) {
       tpc = mesh.tp_comm.get();
@@ -208,6 +241,26 @@ struct Trainer::Impl {
       }
     }
 
+    if (kind == DeviceKind::cuda && pp > 1) {
+      if (!nccl_built())
+        fail("train::comm", "pipeline-parallel training on CUDA needs NCCL, and this strata was built without it",
+             "install NCCL with the CUDA toolkit and rebuild");
+      nccl_pp = make_nccl_communicator(*mesh.pp_comm, dopt.ordinal);
+      nccl_pp->set_name("pp");
+      ppc = nccl_pp.get();
+      for (int j = 0; j < 4; ++j) {
+        nccl_links[j] = make_nccl_communicator(*pp_links[j], dopt.ordinal);
+        nccl_links[j]->set_name(pp_links[j]->name());
+      }
+    }
+    if (pp > 1) {
+      auto link = [&](int j) { return nccl_links[j] ? nccl_links[j].get() : pp_links[j].get(); };
+      send_next_c = link(stage % 2);            // stage s → s + 1 on activations[s % 2]
+      recv_prev_c = link((stage + 1) % 2);      // s − 1 → s on activations[(s − 1) % 2]
+      recv_next_c = link(2 + stage % 2);        // s + 1 → s on gradients[s % 2]
+      send_prev_c = link(2 + (stage + 1) % 2);  // s → s − 1 on gradients[(s − 1) % 2]
+    }
+
     PlanMachine machine;
     machine.device_is_host_memory = device->kind() == DeviceKind::cpu;
     machine.device_capacity = device->memory().limit_bytes;
@@ -216,7 +269,7 @@ struct Trainer::Impl {
       auto node_stream = cpu.make_stream("ranks per node");
       machine.ranks_here = ranks_on_this_node(world, *node_stream);
     }
-    MemoryPlan plan = plan_memory(cfg, dp, machine);
+    MemoryPlan plan = plan_memory(cfg, dp, machine, stage);
     if (!plan.fits()) {
       std::string failed;
       for (const auto& ck : plan.checks)
@@ -232,13 +285,25 @@ struct Trainer::Impl {
     compute = device->make_stream("compute");
     comm = device->make_stream("comm");
     reduce = device->make_stream("reduce");
-    model = std::make_unique<LlamaModel>(cfg.model, dp, mesh.tp, mesh.tp_index);
+    model = std::make_unique<LlamaModel>(cfg.model, dp, mesh.tp, mesh.tp_index, stages[size_t(stage)]);
+    const int slots = pp > 1 ? max_in_flight(schedule) : 1;
     runner = std::make_unique<ModelRunner>(*model, *device, cfg.data.micro_batch, cfg.data.seq_len,
                                            cfg.zero.activation_checkpointing, cfg.train.grad_accum,
-                                           TpOptions{tpc, kvc, cfg.parallel.sequence_parallel});
+                                           TpOptions{tpc, kvc, cfg.parallel.sequence_parallel}, slots);
+    if (pp > 1) {
+      send_next = device->make_stream("pp send next");
+      recv_prev = device->make_stream("pp recv prev");
+      recv_next = device->make_stream("pp recv next");
+      send_prev = device->make_stream("pp send prev");
+      slot_events.resize(size_t(slots));
+      for (auto& e : slot_events)
+        for (auto* ev : {&e.fwd_done, &e.bwd_done, &e.act_in, &e.grad_in, &e.act_sent, &e.grad_sent})
+          *ev = device->make_event();
+    }
     ZeroOptions zo = zero_options(cfg);
     zo.test_hooks = opt.test_hooks;
-    zero = std::make_unique<ZeroEngine>(*model, *device, *dpc, *compute, *comm, *reduce, zo, tpc);
+    zero = std::make_unique<ZeroEngine>(*model, *device, *dpc, *compute, *comm, *reduce, zo, tpc,
+                                        pp > 1 ? ppc : nullptr);
     if (!resume_dir.empty()) {
       resume_from_checkpoint();
     } else if (opt.init_from.empty()) {
@@ -279,7 +344,9 @@ struct Trainer::Impl {
     const size_t n = size_t(cfg.data.micro_batch) * cfg.data.seq_len;
     int32_t* in = h.tokens.as<int32_t>();
     fill(in, in + n);
-    runner->load_batch(*compute, in, in + n);
+    // Only the first stage reads inputs, only the last targets.
+    runner->load_batch(*compute, model->has_embedding() ? in : nullptr,
+                       model->has_head() ? in + n : nullptr);
     compute->record(*h.consumed);
   }
   void load(WindowSampler& windows, uint64_t first, int slot) {
@@ -307,7 +374,9 @@ struct Trainer::Impl {
     }
   }
 
-  void backward_all(float dloss) {
+  // release: each unit's gathered parameters are freed after its backward (false keeps them
+  // held for a later micro-batch of a pipeline step, zero.reshard_after_forward = false).
+  void backward_all(float dloss, bool release = true) {
     const int U = model->num_units();
     const bool tied = model->tied();
     if (backward_order.empty())
@@ -325,20 +394,134 @@ struct Trainer::Impl {
       // stays held until unit 0's own backward has run and it is reduced like any other.
       if (tied && u == U - 1) emb_grad = zero->acquire_grad(0);
       runner->backward(*compute, u, p, g, dloss, emb, emb_grad);
-      zero->release(u);
+      if (release) zero->release(u);
       zero->reduce_grad(u);
     }
+  }
+
+  // ---- pipeline stages ----
+
+  // The trace's stage track: a span from the compute stream reaching `begin` to it reaching
+  // the end mark, named like "F3" or "B3" (one track per stage, so the schedule can be seen).
+  std::shared_ptr<int64_t> stage_mark_begin() {
+    if (!trace_enabled()) return nullptr;
+    auto t0 = std::make_shared<int64_t>(0);
+    compute->host_task("pipeline mark", [t0] { *t0 = trace_now_us(); });
+    return t0;
+  }
+  void stage_mark_end(const std::shared_ptr<int64_t>& t0, std::string name) {
+    if (!t0) return;
+    compute->host_task("pipeline mark", [t0, name = std::move(name), track = str("pipeline stage ", stage)] {
+      trace_span(track, name, *t0, trace_now_us() - *t0);
+    });
+  }
+
+  // Posts the receives of micro-batch i into its slot once the slot's previous occupant is done
+  // with the buffers: its stage input (from the previous stage) and, when `grads`, the gradient
+  // of its output (from the next stage).
+  void post_receives(int i, bool grads = true) {
+    const int k = i % runner->slots();
+    runner->use_slot(k);
+    SlotEvents& e = slot_events[size_t(k)];
+    const size_t n = runner->boundary_floats();
+    if (!model->has_embedding()) {
+      recv_prev->wait(*e.fwd_done);
+      recv_prev->wait(*e.bwd_done);
+      recv_prev_c->recv(*recv_prev, runner->stage_input(), n, CommType::f32, stage - 1, i);
+      recv_prev->record(*e.act_in);
+    }
+    if (grads && !model->has_head()) {
+      recv_next->wait(*e.bwd_done);
+      recv_next_c->recv(*recv_next, runner->grad_output(), n, CommType::f32, stage + 1, i);
+      recv_next->record(*e.grad_in);
+    }
+  }
+
+  // The stage's forward of micro-batch i (its receive posted): inputs or targets loaded where
+  // this stage reads them, the units run, the output sent on.
+  template <class LoadMicro>
+  void pipe_forward(int i, LoadMicro& load_micro, bool keep) {
+    const int k = i % runner->slots();
+    runner->use_slot(k);
+    SlotEvents& e = slot_events[size_t(k)];
+    if (model->has_embedding() || model->has_head()) load_micro(i);
+    if (!model->has_embedding()) compute->wait(*e.act_in);
+    if (!model->has_head()) compute->wait(*e.act_sent);  // the slot's last output has left
+    auto t0 = stage_mark_begin();
+    forward_all(keep);
+    stage_mark_end(t0, str("F", i));
+    compute->record(*e.fwd_done);
+    if (!model->has_head()) {
+      send_next->wait(*e.fwd_done);
+      send_next_c->send(*send_next, runner->stage_output(), runner->boundary_floats(), CommType::f32,
+                        stage + 1, i);
+      send_next->record(*e.act_sent);
+    }
+  }
+
+  void pipe_backward(int i, float dloss, bool release) {
+    const int k = i % runner->slots();
+    runner->use_slot(k);
+    SlotEvents& e = slot_events[size_t(k)];
+    if (!model->has_head()) compute->wait(*e.grad_in);
+    if (!model->has_embedding()) compute->wait(*e.grad_sent);  // the slot's last gradient has left
+    auto t0 = stage_mark_begin();
+    backward_all(dloss, release);
+    stage_mark_end(t0, str("B", i));
+    compute->record(*e.bwd_done);
+    if (!model->has_embedding()) {
+      send_prev->wait(*e.bwd_done);
+      send_prev_c->send(*send_prev, runner->grad_input(), runner->boundary_floats(), CommType::f32,
+                        stage - 1, i);
+      send_prev->record(*e.grad_sent);
+    }
+  }
+
+  // One step's micro-batches through this stage in schedule order. Receives are posted as soon
+  // as their slot is free, so they wait on the link while compute runs. With
+  // zero.reshard_after_forward = false the units stay gathered for the whole step (gathered once,
+  // released after the last backward); otherwise each forward and each backward gathers them.
+  template <class LoadMicro>
+  void pipeline_step(float dloss, LoadMicro& load_micro) {
+    const int A = cfg.train.grad_accum, slots = runner->slots();
+    const bool keep = !cfg.zero.reshard_after_forward;
+    int held = 0;
+    for (int i = 0; i < std::min(slots, A); ++i) post_receives(i);
+    for (size_t j = 0; j < schedule.size(); ++j) {
+      const PipeOp op = schedule[j];
+      if (op.forward) {
+        // The memory accounting's promise: never more micro-batches than slots.
+        STRATA_CHECK(++held <= slots, "train::pipeline", "stage ", stage, " would hold ", held,
+                     " micro-batches with ", slots, " slots (", schedule_text(schedule), ")");
+        pipe_forward(op.micro, load_micro, keep);
+      } else {
+        --held;
+        pipe_backward(op.micro, dloss, !keep || j + 1 == schedule.size());
+        if (op.micro + slots < A) post_receives(op.micro + slots);
+      }
+    }
+  }
+
+  void sync_links() {
+    for (Stream* s : {send_next.get(), recv_prev.get(), recv_next.get(), send_prev.get()})
+      if (s) s->synchronize();
   }
 
   double mean_loss(int micro_batches, uint64_t tokens_per_rank) {
     runner->copy_losses(*compute, loss_host.as<double>());
     compute->synchronize();
     double local = 0;
-    for (int i = 0; i < micro_batches; ++i) local += loss_host.as<double>()[i];
+    STRATA_CHECK(runner->loss_count() == (model->has_head() ? micro_batches : 0), "train::loss",
+                 runner->loss_count(), " losses for ", micro_batches, " micro-batches");
+    for (int i = 0; i < runner->loss_count(); ++i) local += loss_host.as<double>()[i];
     double* h = loss_host.as<double>();
     h[0] = local;
     if (dp > 1) {
       dpc->all_reduce(*comm, h, 1, CommType::f64, ReduceOp::sum);
+      comm->synchronize();
+    }
+    if (pp > 1) {  // only the last stage has losses: the others add zero
+      ppc->all_reduce(*comm, h, 1, CommType::f64, ReduceOp::sum);
       comm->synchronize();
     }
     return h[0] / double(tokens_per_rank * uint64_t(dp));
@@ -357,18 +540,26 @@ struct Trainer::Impl {
     auto t0 = Clock::now();
     const double waited0 = compute->waited_ms();
     runner->reset_loss();
-    for (int a = 0; a < A; ++a) {
+    auto load_micro = [&](int a) {
       if (opt.batch_source)
         load(a % 2, [&](int32_t* in, int32_t* tgt) { opt.batch_source(steps_done, a, rank, in, tgt); });
       else
         load(*train_windows, windows_done + (uint64_t(a) * dp + rank) * B, a % 2);
-      forward_all(!cfg.zero.reshard_after_forward);
-      backward_all(dloss);
+    };
+    if (pp > 1) {
+      pipeline_step(dloss, load_micro);
+    } else {
+      for (int a = 0; a < A; ++a) {
+        load_micro(a);
+        forward_all(!cfg.zero.reshard_after_forward);
+        backward_all(dloss);
+      }
     }
     watchdog_set_phase("loss");
     r.loss = mean_loss(A, tokens_per_rank);
     comm->synchronize();
     reduce->synchronize();
+    sync_links();
     r.compute_ms = ms_since(t0);
     r.wait_comm_ms = compute->waited_ms() - waited0;
     r.traffic = zero->take_traffic();
@@ -440,7 +631,8 @@ struct Trainer::Impl {
     // Rank 0 lists every rank's pieces (the same table for every save of the run); each rank
     // writes its own blocks into the file of its world rank (the writer's communicator).
     if (world.rank() == 0) {
-      if (ckpt_pieces.empty()) ckpt_pieces = checkpoint_pieces(model->config(), dp, mesh.tp);
+      if (ckpt_pieces.empty())
+        ckpt_pieces = checkpoint_pieces(model->config(), dp, mesh.tp, pp > 1 ? stages : std::vector<StageUnits>{});
       m.pieces = ckpt_pieces;
     }
     CheckpointSource& source = zero->checkpoint_source();
@@ -471,7 +663,8 @@ struct Trainer::Impl {
     windows_done = m.windows_consumed;
     if (world.rank() == 0)
       log_info("checkpoint", "resuming from ", resume_dir, " (step ", m.step, ", written by ", m.world,
-               " rank(s): dp ", m.dp, " x tp ", m.tp, "); training continues to step ", cfg.train.steps);
+               " rank(s): pp ", m.pp, " x dp ", m.dp, " x tp ", m.tp, "); training continues to step ",
+               cfg.train.steps);
   }
 
   bool logged_step(const StepRecord& r) const {
@@ -531,7 +724,12 @@ struct Trainer::Impl {
           {"time", {{"compute_ms", r.compute_ms}, {"wait_comm_ms", r.wait_comm_ms}, {"optimizer_ms", r.optimizer_ms}}},
           {"comm_bytes", r.comm_bytes},
           {"tp_comm_bytes", r.tp_comm_bytes},
+          {"gathers", r.traffic.gathers},
           {"mesh", {{"dp", dp}, {"tp", mesh.tp}, {"pp", mesh.pp}}},
+          {"pipeline", pp == 1 ? nlohmann::json(nullptr)
+                               : nlohmann::json{{"schedule", cfg.parallel.pp_schedule == PipelineSchedule::gpipe ? "gpipe" : "1f1b"},
+                                                {"micro_batches", cfg.train.grad_accum},
+                                                {"micro_batches_held", runner->slots()}}},
           {"ranks", world.size()},
           {"mem",
            {{"device_peak_bytes", r.device_peak_bytes},
@@ -622,22 +820,35 @@ struct Trainer::Impl {
       const int64_t i = k * dp + rank;
       const bool mine = i < batches;
       runner->reset_loss();
-      load(*eval_windows, uint64_t(mine ? i : 0) * B, 0);
-      forward_all_eval();
+      if (pp > 1) {  // one micro-batch through the stages; the last one's loss
+        auto load_eval = [&](int) { load(*eval_windows, uint64_t(mine ? i : 0) * B, 0); };
+        post_receives(0, false);
+        pipe_forward(0, load_eval, false);
+      } else {
+        load(*eval_windows, uint64_t(mine ? i : 0) * B, 0);
+        forward_all_eval();
+      }
       runner->copy_losses(*compute, loss_host.as<double>());
       compute->synchronize();
-      if (mine) total += loss_host.as<double>()[0];
+      if (mine && runner->loss_count() > 0) total += loss_host.as<double>()[0];
     }
+    sync_links();
     double* h = loss_host.as<double>();
     h[0] = total;
     if (dp > 1) {
       dpc->all_reduce(*comm, h, 1, CommType::f64, ReduceOp::sum);
       comm->synchronize();
     }
+    if (pp > 1) {
+      ppc->all_reduce(*comm, h, 1, CommType::f64, ReduceOp::sum);
+      comm->synchronize();
+    }
     last_eval_loss = h[0] / (double(cfg.eval.batches) * B * T);
     last_eval_step = steps_done;
     return last_eval_loss;
   }
+
+  std::vector<float> whole_tensor(const std::string& name, bool grad, const char* where);
 
   void forward_all_eval() {
     forward_all();
@@ -656,7 +867,7 @@ const Config& Trainer::config() const { return impl_->cfg; }
 
 std::vector<std::string> Trainer::parameter_names() const {
   std::vector<std::string> names;
-  for (const auto& u : impl_->model->units())
+  for (const auto& u : impl_->model->all_units())  // every stage's
     for (const auto& v : u.layout.views()) names.push_back(v.name);
   return names;
 }
@@ -708,6 +919,7 @@ TrainSummary Trainer::train() {
   if (m.opt.peak_flops > 0)
     s.mfu = s.tokens_per_s * m.model->train_flops_per_token(m.cfg.data.seq_len) /
             (m.opt.peak_flops * m.world.size());
+  s.device_peak_bytes_here = m.device->memory().peak_bytes;
   s.device_peak_bytes = m.device_peak_over_ranks();
   if (m.cfg.eval.batches > 0) s.eval_loss = m.last_eval_step == m.steps_done ? m.last_eval_loss : m.evaluate();
   if (s.eval_loss >= 0 && (s.best_eval_step < 0 || s.eval_loss < s.best_eval_loss)) {
@@ -725,15 +937,46 @@ CheckpointStats Trainer::checkpoint_stats() const {
 }
 
 void Trainer::save(const std::string& dir, const std::string& dtype) {
-  impl_->zero->save(dir, parse_dtype(dtype));
+  Impl& m = *impl_;
+  if (m.pp == 1) {
+    m.zero->save(dir, parse_dtype(dtype));
+    return;
+  }
+  // One safetensors file per stage (Hugging Face's sharded layout) and the index naming the file
+  // of every tensor, written by world rank 0 once every stage has written its file.
+  auto file_of = [&](int s) {
+    char b[64];
+    std::snprintf(b, sizeof b, "model-%05d-of-%05d.safetensors", s + 1, m.pp);
+    return std::string(b);
+  };
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);  // every stage writes a file into it
+  if (ec) fail("train::save", str("cannot create '", dir, "': ", ec.message()));
+  m.zero->save(dir, parse_dtype(dtype), file_of(m.stage), m.stage == 0);
+  if (m.world.rank() == 0) {
+    nlohmann::json map = nlohmann::json::object();
+    const auto& all = m.model->all_units();
+    for (int s = 0; s < m.pp; ++s)
+      for (int u = m.stages[size_t(s)].begin; u < m.stages[size_t(s)].end; ++u)
+        for (const auto& v : all[size_t(u)].layout.views()) map[v.name] = file_of(s);
+    const std::string text = nlohmann::json{{"metadata", nlohmann::json::object()}, {"weight_map", map}}.dump(2);
+    fileutil::AtomicFile f(dir + "/model.safetensors.index.json", "train::save");
+    f.write(text.data(), text.size());
+    f.commit();
+  }
+  Stream& hs = m.host_stream ? *m.host_stream : *m.comm;
+  m.world.barrier(hs);  // when save returns on any rank, every file is in place
+  hs.synchronize();
 }
 
 namespace {
-// The unit holding parameter `name` and its view there; Error naming `where` when absent.
+// The unit holding parameter `name` (global index) and its view there; Error naming `where`
+// when absent.
 std::pair<int, const ParamView*> locate(const LlamaModel& model, const std::string& name,
                                         const char* where) {
-  for (int u = 0; u < model.num_units(); ++u)
-    if (const ParamView* v = model.unit(u).layout.find(name)) return {u, v};
+  const auto& all = model.all_units();
+  for (int u = 0; u < int(all.size()); ++u)
+    if (const ParamView* v = all[size_t(u)].layout.find(name)) return {u, v};
   fail(where, str("no parameter named '", name, "'"));
 }
 
@@ -747,23 +990,47 @@ std::vector<float> whole(Communicator* tp, Device& device, Stream& stream, const
 }
 }  // namespace
 
+// The whole tensor `name` on every rank: its stage assembles it (collective over that stage's
+// dp and tp groups) and, with pipeline stages, broadcasts it over the pp group.
+std::vector<float> Trainer::Impl::whole_tensor(const std::string& name, bool grad, const char* where) {
+  auto [g, v] = locate(*model, name, where);
+  const int owner = [&] {
+    for (int s = 0; s < pp; ++s)
+      if (stages[size_t(s)].contains(g)) return s;
+    return 0;
+  }();
+  std::vector<float> out(v->global_numel());
+  if (owner == stage) {
+    const int u = g - stages[size_t(stage)].begin;
+    const ParamView& mine = *model->unit(u).layout.find(name);
+    out = whole(tpc, *device, *comm, *model, u, mine,
+                grad ? zero->gather_grad_to_host(u) : zero->gather_unit_to_host(u));
+  }
+  if (pp > 1) {
+    Stream& hs = host_stream ? *host_stream : *comm;
+    mesh.pp_comm->broadcast(hs, out.data(), out.size(), CommType::f32, owner);
+    hs.synchronize();
+  }
+  return out;
+}
+
 std::vector<float> Trainer::parameter(const std::string& name) {
-  auto [u, v] = locate(*impl_->model, name, "train::parameter");
-  Impl& m = *impl_;
-  return whole(m.tpc, *m.device, *m.comm, *m.model, u, *v, m.zero->gather_unit_to_host(u));
+  return impl_->whole_tensor(name, false, "train::parameter");
 }
 
 std::vector<float> Trainer::gradient(const std::string& name) {
-  auto [u, v] = locate(*impl_->model, name, "train::gradient");
-  Impl& m = *impl_;
-  return whole(m.tpc, *m.device, *m.comm, *m.model, u, *v, m.zero->gather_grad_to_host(u));
+  return impl_->whole_tensor(name, true, "train::gradient");
 }
 
 void Trainer::set_parameter(const std::string& name, const std::vector<float>& values) {
-  auto [u, v] = locate(*impl_->model, name, "train::set_parameter");
-  if (values.size() != v->global_numel())
+  auto [g, gv] = locate(*impl_->model, name, "train::set_parameter");
+  if (values.size() != gv->global_numel())
     fail("train::set_parameter",
-         str("'", name, "' has ", v->global_numel(), " elements, got ", values.size()));
+         str("'", name, "' has ", gv->global_numel(), " elements, got ", values.size()));
+  const StageUnits& here = impl_->stages[size_t(impl_->stage)];
+  if (!here.contains(g)) return;  // another stage's tensor
+  const int u = g - here.begin;
+  const ParamView* v = impl_->model->unit(u).layout.find(name);
   // This rank's slice of the whole tensor, in the slice's row-major order.
   std::vector<float> mine(v->numel);
   for (size_t i = 0; i < v->numel; ++i) mine[i] = values[v->global_index(i)];
@@ -773,6 +1040,9 @@ void Trainer::set_parameter(const std::string& name, const std::vector<float>& v
 double Trainer::forward_logits(const int32_t* inputs, const int32_t* targets,
                                std::vector<float>* logits) {
   Impl& m = *impl_;
+  if (m.pp > 1)
+    fail("train::forward_logits", "the logits of a pipeline run are on its last stage only",
+         "run forward_logits with parallel.pp = 1");
   const size_t n = size_t(m.cfg.data.micro_batch) * m.cfg.data.seq_len;
   m.runner->reset_loss();
   m.load(0, [&](int32_t* in, int32_t* tgt) {

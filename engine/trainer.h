@@ -60,7 +60,8 @@ struct TrainSummary {
   double mfu = 0;
   double seconds = 0;
   int64_t params = 0;
-  uint64_t device_peak_bytes = 0;
+  uint64_t device_peak_bytes = 0;       // largest over ranks
+  uint64_t device_peak_bytes_here = 0;  // this rank's (a pipeline stage's own)
   uint64_t host_peak_rss_bytes = 0;
 };
 
@@ -119,7 +120,7 @@ class Trainer {
   // The effective config: the given one with the model section of --init-from's config.json or
   // of the checkpoint resumed from.
   const Config& config() const;
-  std::vector<std::string> parameter_names() const;  // Hugging Face names, in unit order
+  std::vector<std::string> parameter_names() const;  // Hugging Face names, in unit order (all stages)
   // This rank's device bytes of model state (shards) and gathered working set (slots), from the
   // ZeRO engine's own accounting.
   ZeroMemory state_memory() const;

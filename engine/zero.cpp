@@ -66,8 +66,9 @@ ZeroOptions zero_options(const Config& cfg) {
 }
 
 ZeroEngine::Impl::Impl(const LlamaModel& model, Device& device, Communicator& dp, Stream& compute,
-                       Stream& comm, Stream& reduce, const ZeroOptions& options, Communicator* tp)
-    : model_(model), device_(device), dp_(dp), tp_(tp), dp_reduce_(dp.split(0, dp.rank())),
+                       Stream& comm, Stream& reduce, const ZeroOptions& options, Communicator* tp,
+                       Communicator* pp)
+    : model_(model), device_(device), dp_(dp), tp_(tp), pp_(pp), dp_reduce_(dp.split(0, dp.rank())),
       compute_(compute), comm_(comm), reduce_(reduce), opt_(options),
       grads_tier_(options.placement.grads_tier()) {
   dp_reduce_->set_name(dp.name() + " (reductions)");
@@ -358,8 +359,9 @@ ZeroTraffic ZeroEngine::Impl::take_traffic() {
 // ---- engine/zero.h: the public calls of this file, forwarded to Impl ----------------------------
 
 ZeroEngine::ZeroEngine(const LlamaModel& model, Device& device, Communicator& dp, Stream& compute,
-                       Stream& comm, Stream& reduce, const ZeroOptions& options, Communicator* tp)
-    : impl_(std::make_unique<Impl>(model, device, dp, compute, comm, reduce, options, tp)) {}
+                       Stream& comm, Stream& reduce, const ZeroOptions& options, Communicator* tp,
+                       Communicator* pp)
+    : impl_(std::make_unique<Impl>(model, device, dp, compute, comm, reduce, options, tp, pp)) {}
 ZeroEngine::~ZeroEngine() = default;
 ZeroMemory ZeroEngine::memory() const { return impl_->memory(); }
 ZeroTraffic ZeroEngine::take_traffic() { return impl_->take_traffic(); }

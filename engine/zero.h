@@ -83,6 +83,7 @@ struct ZeroMemory {
 // Traffic since the last take_traffic() call.
 struct ZeroTraffic {
   uint64_t comm_bytes = 0;       // collective buffer bytes (nccl-tests "size")
+  uint64_t gathers = 0;          // units gathered (parameter all-gathers, or copies with dp = 1)
   uint64_t h2d_bytes = 0;        // host → device copies
   uint64_t d2h_bytes = 0;        // device → host copies
   uint64_t nvme_read_bytes = 0;
@@ -95,9 +96,11 @@ class ZeroEngine {
  public:
   // comm carries the all-gathers, reduce the reduce-scatters (over a duplicate of dp), so that
   // neither waits in line behind the other.
-  // tp: the tensor-parallel group (null with tp = 1), over which the gradient norm also sums.
+  // tp: the tensor-parallel group (null with tp = 1), pp: the pipeline group (null with pp = 1;
+  // `model` is then this stage's units), over which the gradient norm also sums.
   ZeroEngine(const LlamaModel& model, Device& device, Communicator& dp, Stream& compute,
-             Stream& comm, Stream& reduce, const ZeroOptions& options, Communicator* tp = nullptr);
+             Stream& comm, Stream& reduce, const ZeroOptions& options, Communicator* tp = nullptr,
+             Communicator* pp = nullptr);
   ~ZeroEngine();
   ZeroEngine(const ZeroEngine&) = delete;
   ZeroEngine& operator=(const ZeroEngine&) = delete;
@@ -132,8 +135,10 @@ class ZeroEngine {
   // Overwrites elements [offset, offset + values.size()) of unit u's flat parameters with
   // values (every rank passes the same values and writes its own part of them).
   void set_values(int u, size_t offset, const std::vector<float>& values);
-  // Writes the model as Hugging Face tensors (rank 0 writes; collective, unit by unit).
-  void save(const std::string& dir, DType dtype);
+  // Writes the model's units as Hugging Face tensors into dir/file, with config.json when
+  // `config` (dp and tp rank 0 writes; collective over dp and tp, unit by unit).
+  void save(const std::string& dir, DType dtype, const std::string& file = "model.safetensors",
+            bool config = true);
 
   // ---- checkpoints (engine/zero_checkpoint.cpp; the format is engine/checkpoint.h) ----
   // Where a save reads this rank's master, m and v blocks from: their own memory when the host

@@ -87,6 +87,9 @@ void ZeroEngine::Impl::load_checkpoint(const std::string& step_dir,
              "resume with the model settings the checkpoint was written with (strata checkpoint inspect)");
       }
     }
+  // Other pipeline stages hold the rest of the checkpoint's tensors: count the whole model's.
+  views = 0;
+  for (const auto& unit : model_.all_units()) views += unit.layout.views().size();
   if (manifest.tensors.size() != views)
     fail("zero::load_checkpoint",
          str("the checkpoint holds ", manifest.tensors.size(), " tensors but the model has ", views),

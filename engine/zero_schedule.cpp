@@ -122,6 +122,7 @@ void ZeroEngine::Impl::prefetch(int u) {
                                      L.padded_numel());
   }
   comm_.record(*sl.ready);
+  ++traffic_.gathers;
   s.gather = GatherState::gathered;
 }
 

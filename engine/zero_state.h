@@ -86,7 +86,7 @@ struct ZeroEngine::Impl {
   // engine/zero.cpp: every state placed on its tier, slots and staging allocated, m, v and
   // grads zeroed; the destructor drains the streams and the swapper first.
   Impl(const LlamaModel& model, Device& device, Communicator& dp, Stream& compute, Stream& comm,
-       Stream& reduce, const ZeroOptions& options, Communicator* tp);
+       Stream& reduce, const ZeroOptions& options, Communicator* tp, Communicator* pp);
   ~Impl();
   bool direct_params() const;   // acquire() returns the device shard itself (no slot)
   bool aliased_grads() const;   // backward accumulates straight into the device grad shard
@@ -131,7 +131,7 @@ struct ZeroEngine::Impl {
   std::vector<float> gather_grad_to_host(int u);
   std::vector<float> gather_to_host(int u, bool grads);
   void set_values(int u, size_t offset, const std::vector<float>& values);
-  void save(const std::string& dir, DType dtype);
+  void save(const std::string& dir, DType dtype, const std::string& file, bool config);
 
   // engine/zero_checkpoint.cpp.
   CheckpointSource& checkpoint_source();
@@ -141,6 +141,7 @@ struct ZeroEngine::Impl {
   Device& device_;
   Communicator& dp_;
   Communicator* tp_ = nullptr;
+  Communicator* pp_ = nullptr;  // the pipeline group: the gradient norm sums over it too
   std::unique_ptr<Communicator> dp_reduce_;  // a duplicate of dp_ for the reduce stream
   Stream& compute_;
   Stream& comm_;

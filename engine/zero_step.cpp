@@ -76,6 +76,10 @@ double ZeroEngine::Impl::grad_norm() {
     tp_->all_reduce(comm_, h, 1, CommType::f64, ReduceOp::sum);
     comm_.synchronize();
   }
+  if (pp_ && pp_->size() > 1) {  // every stage's units
+    pp_->all_reduce(comm_, h, 1, CommType::f64, ReduceOp::sum);
+    comm_.synchronize();
+  }
   return std::sqrt(h[0]);
 }
 

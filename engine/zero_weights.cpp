@@ -101,7 +101,7 @@ void ZeroEngine::Impl::set_values(int u, size_t offset, const std::vector<float>
   write_master_values(s, 0, n, shard.data());
 }
 
-void ZeroEngine::Impl::save(const std::string& dir, DType dtype) {
+void ZeroEngine::Impl::save(const std::string& dir, DType dtype, const std::string& file, bool config) {
   std::vector<TensorInfo> infos;
   StDType st = dtype == DType::bf16 ? StDType::bf16 : dtype == DType::f16 ? StDType::f16 : StDType::f32;
   for (const auto& unit : model_.units())
@@ -109,8 +109,8 @@ void ZeroEngine::Impl::save(const std::string& dir, DType dtype) {
   std::unique_ptr<SafetensorsWriter> writer;
   const bool writes = dp_.rank() == 0 && (!tp_ || tp_->rank() == 0);
   if (writes) {
-    write_hf_config(dir, model_.config(), dtype);
-    writer = std::make_unique<SafetensorsWriter>(dir + "/model.safetensors", infos,
+    if (config) write_hf_config(dir, model_.config(), dtype);
+    writer = std::make_unique<SafetensorsWriter>(dir + "/" + file, infos,
                                                  std::map<std::string, std::string>{{"format", "pt"}});
   }
   for (int u = 0; u < model_.num_units(); ++u) {
@@ -137,6 +137,8 @@ std::vector<float> ZeroEngine::gather_grad_to_host(int u) { return impl_->gather
 void ZeroEngine::set_values(int u, size_t offset, const std::vector<float>& values) {
   impl_->set_values(u, offset, values);
 }
-void ZeroEngine::save(const std::string& dir, DType dtype) { impl_->save(dir, dtype); }
+void ZeroEngine::save(const std::string& dir, DType dtype, const std::string& file, bool config) {
+  impl_->save(dir, dtype, file, config);
+}
 
 }  // namespace strata

@@ -1,6 +1,7 @@
 // apps/strata/cmd_plan.cpp — `strata plan [--config F] [--set k=v]... [--ranks N] [--json]`:
 // the bytes each memory tier needs per rank for a config, against each limit, before anything
 // is allocated (engine/plan.h). Prints the table and a verdict; exit status 0 either way.
+#include <algorithm>
 #include <cstdio>
 
 #include <nlohmann/json.hpp>
@@ -10,6 +11,7 @@
 #include "core/cpu.h"
 #include "core/error.h"
 #include "core/size.h"
+#include "engine/pipeline.h"
 #include "engine/plan.h"
 #include "kernels/device.h"
 
@@ -50,18 +52,55 @@ void register_plan(CLI::App& app) {
       machine.device_is_host_memory = true;
       machine.device_capacity = physical_memory_bytes();
     }
-    MemoryPlan p = plan_memory(cfg, dp, machine);
-    if (args->json) {
+    // One plan per pipeline stage (one stage without pipeline parallelism).
+    std::vector<MemoryPlan> plans;
+    for (int st = 0; st < cfg.parallel.pp; ++st) plans.push_back(plan_memory(cfg, dp, machine, st));
+    const MemoryPlan& p = plans.front();
+    bool fits = true;
+    for (const auto& q : plans) fits = fits && q.fits();
+    // "embedding + blocks 0-3", "blocks 4-7 + head": a stage's units in words.
+    auto units_text = [&](const StageUnits& u) {
+      const int L = cfg.model.n_layers;
+      std::vector<std::string> parts;
+      if (u.begin == 0) parts.push_back("embedding");
+      const int b0 = std::max(u.begin, 1) - 1, b1 = std::min(u.end, L + 1) - 1;  // blocks [b0, b1)
+      if (b1 > b0) parts.push_back(b1 - b0 == 1 ? str("block ", b0) : str("blocks ", b0, "-", b1 - 1));
+      if (u.end == L + 2) parts.push_back("head");
+      std::string text;
+      for (const auto& part : parts) text += (text.empty() ? "" : " + ") + part;
+      return text;
+    };
+    auto plan_json = [](const MemoryPlan& q) {
       nlohmann::json rows = nlohmann::json::array(), checks = nlohmann::json::array();
-      for (const auto& r : p.rows) rows.push_back({{"tier", r.tier}, {"what", r.what}, {"bytes", r.bytes}});
-      for (const auto& c : p.checks)
+      for (const auto& r : q.rows) rows.push_back({{"tier", r.tier}, {"what", r.what}, {"bytes", r.bytes}});
+      for (const auto& c : q.checks)
         checks.push_back({{"what", c.what}, {"need", c.need}, {"limit", c.limit},
                           {"limit_name", c.limit_name}, {"ok", c.ok()}});
-      nlohmann::json j = {{"params", p.params}, {"ranks", args->ranks}, {"dp", dp},
-                          {"tp", cfg.parallel.tp}, {"pp", cfg.parallel.pp},
-                          {"rows", rows}, {"checks", checks}, {"fits", p.fits()},
-                          {"totals", {{"device", p.tier_bytes("device")}, {"pinned", p.tier_bytes("pinned")},
-                                      {"host", p.tier_bytes("host")}, {"nvme", p.tier_bytes("nvme")}}}};
+      return nlohmann::json{{"rows", rows}, {"checks", checks}, {"fits", q.fits()},
+                            {"totals", {{"device", q.tier_bytes("device")}, {"pinned", q.tier_bytes("pinned")},
+                                        {"host", q.tier_bytes("host")}, {"nvme", q.tier_bytes("nvme")}}}};
+    };
+    if (args->json) {
+      nlohmann::json j = plan_json(p);
+      j["params"] = p.params;
+      j["ranks"] = args->ranks;
+      j["dp"] = dp;
+      j["tp"] = cfg.parallel.tp;
+      j["pp"] = cfg.parallel.pp;
+      j["fits"] = fits;
+      if (cfg.parallel.pp > 1) {
+        nlohmann::json stages = nlohmann::json::array();
+        for (const auto& q : plans) {
+          nlohmann::json sj = plan_json(q);
+          sj["stage"] = q.stage;
+          sj["units"] = {q.units.begin, q.units.end};
+          sj["holds"] = units_text(q.units);
+          sj["micro_batches_held"] = q.micro_batches_held;
+          stages.push_back(std::move(sj));
+        }
+        j["stages"] = std::move(stages);
+        j["pp_schedule"] = cfg.parallel.pp_schedule == PipelineSchedule::gpipe ? "gpipe" : "1f1b";
+      }
       std::printf("%s\n", j.dump().c_str());
       return;
     }
@@ -73,8 +112,19 @@ void register_plan(CLI::App& app) {
                 std::string(tier_name(cfg.offload.grads)).c_str(),
                 std::string(tier_name(cfg.offload.optimizer)).c_str(), cfg.data.micro_batch,
                 cfg.data.seq_len, cfg.zero.activation_checkpointing ? ", activation checkpointing" : "");
-    std::printf("%s", p.table().c_str());
-    std::printf("%s\n", p.fits() ? "fits" : "does NOT fit: `strata train` would refuse this run");
+    if (cfg.parallel.pp == 1) {
+      std::printf("%s", p.table().c_str());
+    } else {
+      std::printf("pipeline: %d stages, schedule %s over %d micro-batches (train.grad_accum), "
+                  "partition %s\n",
+                  cfg.parallel.pp, cfg.parallel.pp_schedule == PipelineSchedule::gpipe ? "gpipe" : "1f1b",
+                  cfg.train.grad_accum,
+                  cfg.parallel.pp_layers.empty() ? "balanced by cost (FLOPs and bytes)" : "from parallel.pp_layers");
+      for (const auto& q : plans)
+        std::printf("stage %d: %s (%d units), %d micro-batch(es) held at once\n%s", q.stage,
+                    units_text(q.units).c_str(), q.units.size(), q.micro_batches_held, q.table().c_str());
+    }
+    std::printf("%s\n", fits ? "fits" : "does NOT fit: `strata train` would refuse this run");
   });
 }
 

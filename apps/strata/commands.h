@@ -17,6 +17,7 @@ void register_bench_gemm(CLI::App& bench);
 void register_bench_io(CLI::App& bench);
 void register_bench_adam(CLI::App& bench);
 void register_bench_train(CLI::App& bench);
+void register_bench_pipeline(CLI::App& bench);
 void register_bench_comm(CLI::App& bench);
 void register_bench_sweep(CLI::App& bench);
 void register_bench_gpu(CLI::App& bench);

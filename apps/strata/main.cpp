@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   strata::app::register_bench_io(*bench);
   strata::app::register_bench_adam(*bench);
   strata::app::register_bench_train(*bench);
+  strata::app::register_bench_pipeline(*bench);
   strata::app::register_bench_comm(*bench);
   strata::app::register_bench_sweep(*bench);
   strata::app::register_bench_gpu(*bench);
