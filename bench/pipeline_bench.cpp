@@ -16,6 +16,7 @@
 #include "engine/pipeline.h"
 #include "engine/plan.h"
 #include "engine/trainer.h"
+#include "kernels/device.h"
 
 namespace strata {
 namespace {
@@ -57,10 +58,16 @@ nlohmann::json run_pipeline_bench(const PipelineBenchOptions& o) {
   base.parallel.dp = 1;
   base.parallel.tp = 1;
   base.eval.batches = 0;
-  base.train.steps = std::max<int64_t>(base.train.steps, 5);
+  base.train.steps = 5;  // steps 2..4 are traced (after the warm-up step)
   if (base.train.threads == 0) base.train.threads = 1;
   base.model.tie_embeddings = false;
   const std::string trace_dir = std::filesystem::temp_directory_path().string();
+  // One trace name for the job (rank r > 0 writes NAME.rank<r>): rank 0's process id.
+  int32_t job = int32_t(getpid());
+  auto cpu = make_device(DeviceKind::cpu);
+  auto stream = cpu->make_stream("bench pipeline");
+  world->broadcast(*stream, &job, 1, CommType::i32, 0);
+  stream->synchronize();
   nlohmann::json runs = nlohmann::json::array();
   for (const std::string& sched : o.schedules) {
     if (sched != "1f1b" && sched != "gpipe")
@@ -69,7 +76,7 @@ nlohmann::json run_pipeline_bench(const PipelineBenchOptions& o) {
       Config cfg = base;
       cfg.parallel.pp_schedule = sched == "gpipe" ? PipelineSchedule::gpipe : PipelineSchedule::one_f_one_b;
       cfg.train.grad_accum = m;
-      cfg.log.trace = str(trace_dir, "/strata-bench-pipeline-", sched, "-", m, "-", getpid(), ".json");
+      cfg.log.trace = str(trace_dir, "/strata-bench-pipeline-", sched, "-", m, "-", job, ".json");
       validate(cfg);
       TrainerOptions topt;
       topt.progress = false;
@@ -122,6 +129,8 @@ nlohmann::json run_pipeline_bench(const PipelineBenchOptions& o) {
                         {"first_stage_device_peak_bytes", s.device_peak_bytes_here},
                         {"tokens_per_s", tps.empty() ? 0.0 : tps[tps.size() / 2]}});
       }
+      world->barrier(*stream);  // rank 0 has read every trace
+      stream->synchronize();
       std::error_code ec;
       std::filesystem::remove(world->rank() == 0 ? cfg.log.trace : str(cfg.log.trace, ".rank", world->rank()), ec);
     }

@@ -1,7 +1,7 @@
 // bench/pipeline_bench.h — `strata bench pipeline` (under mpirun -np pp): the bubble of the
 // pipeline schedules measured in the trace. For each schedule and each number of micro-batches
 // m, a run with parallel.pp = the job's ranks (balanced stages, train.threads as configured,
-// 1 by default) traces steps 2..4; on each stage's "pipeline stage s" track the forward and
+// 1 by default) runs 5 steps and traces steps 2..4; on each stage's "pipeline stage s" track the forward and
 // backward spans of a step are its busy time, and the step's pipeline window runs from the
 // first stage's first span to its last (the first stage starts first and ends last). A stage's
 // idle share is 1 − busy / window, summed over the traced steps, beside the ideal
