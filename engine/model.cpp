@@ -238,22 +238,43 @@ uint64_t logits_bytes(const ModelConfig& c, int B, int T, int tp) {
   return mul(pad(mul(rows, uint64_t(tp_shard(c, tp, 0).vocab_rows))), 4);
 }
 
+namespace {
+
+// What the activation bytes depend on besides the config: the stage's blocks, whether it holds
+// the head and whether it is one stage of several (the boundary gradients).
+struct StageShape {
+  uint64_t layers = 0;
+  bool embedding = true, head = true, pipe = false;
+};
+
+uint64_t stage_activation_bytes(const ModelConfig& c, int B, int T, bool ckpt, int tp, bool sp,
+                                int slots, const StageShape& st);
+
+}  // namespace
+
 uint64_t activation_bytes(const ModelConfig& c, int B, int T, bool ckpt, int tp, bool sp) {
   STRATA_CHECK(B > 0 && T > 0, "model::activation_bytes", "B = ", B, ", T = ", T);
-  return activation_bytes(LlamaModel(c, 1, tp, 0), B, T, ckpt, sp, 1);
+  return stage_activation_bytes(c, B, T, ckpt, tp, sp, 1, StageShape{uint64_t(c.n_layers)});
 }
 
 uint64_t activation_bytes(const LlamaModel& model, int B, int T, bool ckpt, bool sp, int slots) {
   STRATA_CHECK(B > 0 && T > 0 && slots > 0, "model::activation_bytes", "B = ", B, ", T = ", T,
                ", slots = ", slots);
-  const ModelConfig& c = model.config();
-  const int tp = model.tp().size;
+  return stage_activation_bytes(model.config(), B, T, ckpt, model.tp().size, sp, slots,
+                                StageShape{uint64_t(model.layers_here()), model.has_embedding(),
+                                           model.has_head(), !model.whole()});
+}
+
+namespace {
+
+uint64_t stage_activation_bytes(const ModelConfig& c, int B, int T, bool ckpt, int tp, bool sp,
+                                int slots, const StageShape& st) {
   const LocalDims d = local_dims(c, tp_shard(c, tp, 0));
   const uint64_t N = mul(B, T), C = c.dim;
   sp = sp && tp > 1;
   const uint64_t R = sp ? N / uint64_t(tp) : N;  // rows of the residual stream here
-  const uint64_t layers = uint64_t(model.layers_here());
-  const bool head = model.has_head(), pipe = !model.whole();
+  const uint64_t layers = st.layers;
+  const bool head = st.head, pipe = st.pipe;
   const uint64_t block_set = sum({block_act_floats(c, d, B, T, R), 10 * kAlignFloats});
   // One micro-batch's own buffers (a pipeline stage holds `slots` of them).
   const uint64_t per_slot = sum({
@@ -263,7 +284,7 @@ uint64_t activation_bytes(const LlamaModel& model, int B, int T, bool ckpt, bool
       head ? sum({pad(mul(N, C)), pad(R), pad(N)}) : 0,                   // head: lnf, rstd, lse
       head && sp ? pad(mul(R, C)) : 0,                                    // sp: lnf rows
       pipe && !head ? pad(mul(R, C)) : 0,                                 // d(stage output)
-      pipe && model.has_embedding() ? 0 : (pipe ? pad(mul(R, C)) : 0),    // d(stage input)
+      pipe && !st.embedding ? pad(mul(R, C)) : 0,                         // d(stage input)
   });
   const uint64_t shared = sum({
       ckpt ? block_set : 0,                                               // recomputed activations
@@ -278,6 +299,8 @@ uint64_t activation_bytes(const LlamaModel& model, int B, int T, bool ckpt, bool
                      uint64_t(4096),  // loss slots
                      "activation bytes");
 }
+
+}  // namespace
 
 ModelRunner::ModelRunner(const LlamaModel& model, Device& device, int B, int T, bool ckpt,
                          int max_heads, TpOptions comms, int micro_slots)

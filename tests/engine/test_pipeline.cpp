@@ -285,8 +285,9 @@ TEST(Pipeline, Pp2GathersPerStep) {
   expect_close(kept, train_one_rank(c, 1), kTol, "pp 2, units gathered once per step");
 }
 
-// --out writes one file per stage and an index; a 1-rank trainer initialized from it has the
-// pp run's weights. A checkpoint of the pp run resumes bit-exactly.
+// --out writes one file per stage and an index holding the pp run's weights; pp 2 initialized
+// from it trains like one rank initialized from it. A checkpoint of the pp run resumes
+// bit-exactly.
 TEST(Pipeline, Pp2ExportAndCheckpointResume) {
   if (!world_is(2)) GTEST_SKIP() << "needs mpirun -np 2";
   namespace fs = std::filesystem;
@@ -306,6 +307,14 @@ TEST(Pipeline, Pp2ExportAndCheckpointResume) {
     reader.read_f32(name, got.data());
     EXPECT_EQ(got, w) << name;
   }
+  // --init-from reads only a stage's tensors (from the sharded export and its index): pp 2
+  // from the export trains like one rank from it.
+  Config from = c;
+  from.train.steps = 3;
+  Config one = from;
+  one.parallel = ParallelConfig{};
+  expect_close(train(from, world(), out), train(one, *make_solo_communicator(), out), kTol,
+               "pp 2 from its own export");
   // Interrupted after step 3, resumed to 6: the same losses and weights.
   Config k = c;
   k.checkpoint.dir = ckpt;
