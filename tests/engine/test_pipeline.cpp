@@ -333,6 +333,20 @@ TEST(Pipeline, Pp2ExportAndCheckpointResume) {
   for (double l : t.train().losses) losses.push_back(l);
   EXPECT_EQ(losses, whole.losses);
   for (const auto& [name, w] : whole.weights) EXPECT_EQ(t.parameter(name), w) << name;
+  // The pp 2 checkpoint read by one rank (any mesh reads any mesh's pieces): steps 4-6 as the
+  // pp 2 run took them.
+  Config solo_cfg = k;
+  solo_cfg.parallel = ParallelConfig{};
+  solo_cfg.checkpoint.dir = str(root, "/ckpt_solo_r", world().rank());
+  TrainerOptions solo_opt;
+  solo_opt.progress = false;
+  solo_opt.resume = ckpt + "/step_3";
+  auto solo = make_solo_communicator();
+  Trainer alone(solo_cfg, *solo, solo_opt);
+  const std::vector<double> rest = alone.train().losses;
+  ASSERT_EQ(rest.size(), 3u);
+  for (size_t i = 0; i < rest.size(); ++i)
+    EXPECT_NEAR(rest[i], whole.losses[3 + i], kTol * whole.losses[3 + i]) << "step " << 4 + i;
 }
 
 TEST(Pipeline, Pp4Pp2Dp2AndPp2Tp2ReproduceOneRank) {
