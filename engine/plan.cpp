@@ -76,7 +76,8 @@ MemoryPlan plan_memory(const Config& c, int dp, const PlanMachine& machine) {
 
   // Shards.
   row(pl.optimizer, "master weights (f32 shard)", mul(shard, 4));
-  row(pl.optimizer, "AdamW m and v (f32 shards)", mul(shard, 8));
+  row(pl.optimizer, str("AdamW m and v (", dtype_name(pl.state), " shards)"),
+      mul(shard, 2 * pl.state_elem_bytes()));
   row(grads, "gradients (f32 shard)", mul(shard, 4), true);
   if (!pl.param_is_master())
     row(pl.params, bf16 ? "compute copy (bf16 shard)" : "compute copy (f32 shard)", mul(shard, esz), true);
@@ -104,8 +105,9 @@ MemoryPlan plan_memory(const Config& c, int dp, const PlanMachine& machine) {
   // Pinned staging pools.
   uint64_t pools = 0;
   if (pl.chunk_io()) {
-    uint64_t b = mul(12, pl.chunk_bytes(max_shard, kShardAlignElems));
-    row(Tier::host, "NVMe optimizer pipeline staging (3 sets x 4 chunks)", b, true);
+    uint64_t b = mul(uint64_t(pl.chunk_buffers()), pl.chunk_bytes(max_shard, kShardAlignElems));
+    row(Tier::host, str("NVMe optimizer pipeline staging (3 sets x ", pl.chunk_buffers_per_set(), " chunks)"), b,
+        true);
     pools = add(pools, b);
   }
   if (pl.nvme_params()) {
@@ -128,7 +130,7 @@ MemoryPlan plan_memory(const Config& c, int dp, const PlanMachine& machine) {
   p.checks.push_back({"device memory per rank", device_need, device_limit,
                       c.offload.device_mem_limit ? "offload.device_mem_limit" : "the device's size"});
   if (c.offload.pinned_mem_limit && pools > 0) {
-    uint64_t min_pools = add(pl.chunk_io() ? mul(12, pl.chunk_bytes(max_shard, kShardAlignElems)) : 0,
+    uint64_t min_pools = add(pl.chunk_io() ? mul(uint64_t(pl.chunk_buffers()), pl.chunk_bytes(max_shard, kShardAlignElems)) : 0,
                              pl.nvme_params() ? mul(max_shard, esz) : 0);
     p.checks.push_back({"pinned staging per rank (at least one unit)", min_pools,
                         c.offload.pinned_mem_limit, "offload.pinned_mem_limit"});

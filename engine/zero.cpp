@@ -49,6 +49,7 @@ ZeroOptions zero_options(const Config& cfg) {
   p.grads = cfg.offload.grads;
   p.optimizer = cfg.offload.optimizer;
   p.compute = cfg.train.precision == Precision::bf16 ? DType::bf16 : DType::f32;
+  p.state = cfg.train.optimizer_state_dtype;
   p.prefetch = cfg.zero.prefetch;
   p.keep_embedding = cfg.model.tie_embeddings;
   p.reshard_after_forward = cfg.zero.reshard_after_forward;
@@ -84,6 +85,9 @@ ZeroEngine::Impl::Impl(const LlamaModel& model, Device& device, Communicator& dp
          "16 bytes per parameter, the compute copy only 2 or 4");
   const bool bf16 = place_.compute == DType::bf16;
   const size_t esz = param_elem_bytes();
+  const size_t ssz = place_.state_elem_bytes();  // m and v: 4 (f32) or 2 (bf16)
+  STRATA_CHECK(place_.state == DType::f32 || place_.state == DType::bf16, "zero::init",
+               "AdamW states in ", dtype_name(place_.state), " (f32 or bf16 only)");
 
   // ---- the NVMe tier: swap space, its FileIO and the swapper thread ----
   const bool nvme_params = place_.nvme_params();
@@ -101,7 +105,7 @@ ZeroEngine::Impl::Impl(const LlamaModel& model, Device& device, Communicator& dp
     uint64_t need = 0;
     for (const auto& u : model.units()) {
       uint64_t n = u.layout.shard_numel();
-      if (nvme_opt) need += 3 * n * 4;
+      if (nvme_opt) need += n * place_.optimizer_state_bytes();
       if (nvme_params && !param_is_master()) need += n * esz;
     }
     IoOptions io;
@@ -138,8 +142,8 @@ ZeroEngine::Impl::Impl(const LlamaModel& model, Device& device, Communicator& dp
     const size_t n = model.unit(u).layout.shard_numel();
     const std::string k = str("unit", u, "/");
     place(s.master, place_.optimizer, n * 4, k + "master", "master weights shard", false);
-    place(s.m, place_.optimizer, n * 4, k + "m", "AdamW m shard", false);
-    place(s.v, place_.optimizer, n * 4, k + "v", "AdamW v shard", false);
+    place(s.m, place_.optimizer, n * ssz, k + "m", "AdamW m shard", false);
+    place(s.v, place_.optimizer, n * ssz, k + "v", "AdamW v shard", false);
     place(s.grad, grads_tier_, n * 4, "", "gradient shard", true);
     if (!param_is_master())
       place(s.param, place_.params, n * esz, k + "param", bf16 ? "bf16 parameter shard" : "f32 parameter shard", true);
@@ -187,17 +191,18 @@ ZeroEngine::Impl::Impl(const LlamaModel& model, Device& device, Communicator& dp
   // ---- pinned staging pools (budget offload.pinned_mem_limit) ----
   const uint64_t chunk_bytes = place_.chunk_bytes(shard, kShardAlignElems);
   const bool chunk_io = place_.chunk_io();
-  const uint64_t chunk_need = chunk_io ? 3 * 4 * chunk_bytes : 0;
+  const int chunk_buffers = place_.chunk_buffers();
+  const uint64_t chunk_need = chunk_io ? uint64_t(chunk_buffers) * chunk_bytes : 0;
   const uint64_t pinned_min = chunk_need + (nvme_params ? shard * esz : 0);
   if (opt_.pinned_mem_limit && opt_.pinned_mem_limit < pinned_min)
     fail("zero::init",
          str("offload.pinned_mem_limit = ", format_bytes(opt_.pinned_mem_limit),
              " is too small: NVMe staging needs at least ", format_bytes(pinned_min), " (",
-             chunk_io ? str("12 optimizer chunks of ", format_bytes(chunk_bytes)) : std::string(),
+             chunk_io ? str(chunk_buffers, " optimizer chunks of ", format_bytes(chunk_bytes)) : std::string(),
              nvme_params ? str(" + one parameter shard of ", format_bytes(shard * esz)) : std::string(), ")"),
          "raise offload.pinned_mem_limit (0 sizes it as needed) or lower offload.optimizer_chunk");
   if (chunk_io)
-    chunk_pool_ = std::make_unique<PinnedPool>(device, chunk_need, chunk_bytes, 12, "optimizer chunk",
+    chunk_pool_ = std::make_unique<PinnedPool>(device, chunk_need, chunk_bytes, chunk_buffers, "optimizer chunk",
                                                opt_.timeout_s);
   if (nvme_params) {
     uint64_t budget = 0;
@@ -222,17 +227,17 @@ ZeroEngine::Impl::Impl(const LlamaModel& model, Device& device, Communicator& dp
   std::vector<char> zeros;
   for (int u = 0; u < model.num_units(); ++u) {
     Unit& s = units_[size_t(u)];
-    const size_t n = model.unit(u).layout.shard_numel();
     for (Shard* sh : {&s.m, &s.v, &s.grad}) {
       if (sh->tier == Tier::device) compute.fill_zero(sh->mem.data(), sh->bytes);
       else if (sh->tier == Tier::host) std::memset(sh->mem.data(), 0, sh->bytes);
       else {
-        zeros.assign(std::min<size_t>(n * 4, chunk_bytes), 0);
+        const size_t bytes = sh->bytes;  // n elements of m or v (f32 or bf16; zero bits are 0.0)
+        zeros.assign(std::min<size_t>(bytes, chunk_bytes), 0);
         Buffer z = device.alloc_host(zeros.size(), true, "zero staging");
         std::memset(z.data(), 0, z.bytes());
         std::vector<IoRequest> reqs;
-        for (size_t off = 0; off < n * 4; off += z.bytes())
-          reqs.push_back(swap_->request(IoOp::write, sh->key, z.data(), std::min<size_t>(z.bytes(), n * 4 - off), off));
+        for (size_t off = 0; off < bytes; off += z.bytes())
+          reqs.push_back(swap_->request(IoOp::write, sh->key, z.data(), std::min<size_t>(z.bytes(), bytes - off), off));
         swapper_->wait(swapper_->submit(std::move(reqs)));
       }
     }

@@ -56,7 +56,7 @@ struct ZeroEngine::Impl {
   };
 
   struct Unit {
-    Shard master, m, v;  // f32, the optimizer's tier
+    Shard master, m, v;  // master f32, m and v f32 or bf16 (place_.state); the optimizer's tier
     Shard grad;          // f32, the grads tier, accumulated over micro-batches
     Shard param;         // compute copy (f32 or bf16), the params tier; empty when it is the master
     GatherState gather = GatherState::idle;
@@ -75,7 +75,8 @@ struct ZeroEngine::Impl {
     int owner = -1;  // unit held, -1 when free
   };
 
-  // One chunk of the optimizer pipeline: staging for master, m, v and the compute copy.
+  // One chunk of the optimizer pipeline: staging for master, m, v and the compute copy (bf16 m and
+  // v share buf[1]; buf[2] is then unused).
   struct ChunkSet {
     PinnedPool::Lease buf[4];
     uint64_t read = 0, write = 0;  // swapper tickets, 0 when none

@@ -23,6 +23,7 @@ struct Placement {
   Tier grads = Tier::device;      // f32 gradient shards, as configured (grads_tier() is in effect)
   Tier optimizer = Tier::device;  // f32 master weights, AdamW m and v
   DType compute = DType::f32;     // the compute copy: f32 or bf16 (train.precision)
+  DType state = DType::f32;       // AdamW m and v: f32 or bf16 (train.optimizer_state_dtype)
   // What the slot counts and the aliasing depend on.
   int prefetch = 1;                    // units gathered ahead (zero.prefetch)
   bool keep_embedding = false;         // unit 0 stays gathered through the step (tied embeddings)
@@ -33,6 +34,11 @@ struct Placement {
   // The grads tier in effect: optimizer states off the device pull gradients to host memory.
   Tier grads_tier() const;
   size_t param_elem_bytes() const { return dtype_bytes(compute); }
+  size_t state_elem_bytes() const { return dtype_bytes(state); }  // one element of m (or v)
+  // Bytes per parameter of master, m and v: 12 with f32 m and v, 8 with bf16. An optimizer step
+  // reads them and the f32 gradient and writes them back — 28 bytes per parameter, 20 with bf16
+  // m and v; with the states on NVMe it reads and writes optimizer_state_bytes() each way.
+  size_t optimizer_state_bytes() const { return 4 + 2 * state_elem_bytes(); }
   // The compute copy is the master shard itself (f32, on the optimizer's tier).
   bool param_is_master() const;
   // No parameter slots at all: acquire() hands out the device shard (one rank, f32 on device).
@@ -52,6 +58,11 @@ struct Placement {
   // Optimizer pipeline chunk in bytes per array: optimizer_chunk rounded down to whole
   // `align_elems` f32 elements (shards are multiples of it), at least one, at most a shard.
   uint64_t chunk_bytes(uint64_t max_shard_elems, uint64_t align_elems) const;
+  // Staging buffers (of chunk_bytes each) per set of the optimizer pipeline: master, m and v,
+  // and the refreshed compute copy — 4; with bf16 m and v the two share one buffer (each is
+  // half a chunk), 3. The pipeline holds three sets.
+  int chunk_buffers_per_set() const { return state == DType::bf16 ? 3 : 4; }
+  int chunk_buffers() const { return 3 * chunk_buffers_per_set(); }
 };
 
 }  // namespace strata
