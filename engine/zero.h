@@ -2,8 +2,9 @@
 // states exist only as this rank's shard, each kind on its tier; full parameters are gathered
 // just in time.
 //
-// Per unit u, this rank holds shards of FlatLayout::shard_numel() elements: master, m, v (f32,
-// on offload.optimizer's tier: device, host or nvme), grad (f32, accumulated over micro-batches;
+// Per unit u, this rank holds shards of FlatLayout::shard_numel() elements: master (f32), m, v
+// (f32, or bf16 under train.optimizer_state_dtype = bf16; on offload.optimizer's tier: device,
+// host or nvme), grad (f32, accumulated over micro-batches;
 // on the device, or in host memory when offload.grads = host or the optimizer is off the
 // device), and the compute copy of the parameters (f32, or bf16 under train.precision = bf16; on
 // offload.params' tier; in f32 on the optimizer's tier it is the master itself).
@@ -144,6 +145,8 @@ class ZeroEngine {
   CheckpointSource& checkpoint_source();
   // Fills this rank's master, m and v from a checkpoint written by any mesh (global tensor
   // ranges) and refreshes the compute copy; tensors must match the model's names and shapes.
+  // m and v take this run's dtype: bf16 ones into f32 states widen exactly, f32 ones into bf16
+  // states round to nearest even.
   void load_checkpoint(const std::string& step_dir, const CheckpointManifest& manifest);
 
   // ---- accounting (engine/zero.cpp) ----
