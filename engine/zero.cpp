@@ -9,6 +9,7 @@
 #include "engine/zero.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <filesystem>
 
@@ -28,10 +29,15 @@ namespace strata {
 
 namespace {
 
-size_t max_padded(const LlamaModel& m) {
-  size_t n = 0;
-  for (const auto& u : m.units()) n = std::max(n, u.layout.padded_numel());
-  return n;
+// Slot classes for a schedule holding `window` consecutive units (and the tied embedding).
+std::vector<SlotClass> slot_classes_of(const LlamaModel& m, int window, bool keep_first) {
+  std::vector<int> kinds;
+  std::vector<uint64_t> numel;
+  for (const auto& u : m.units()) {
+    kinds.push_back(static_cast<int>(u.kind));
+    numel.push_back(u.layout.padded_numel());
+  }
+  return Placement::slot_classes(kinds, numel, window, keep_first);
 }
 
 size_t max_shard(const LlamaModel& m) {
@@ -41,6 +47,20 @@ size_t max_shard(const LlamaModel& m) {
 }
 
 }  // namespace
+
+// The trainer holds a unit and the zero.prefetch units gathered ahead of it (all of them when
+// they stay gathered from forward to backward), and the tied embedding through the step; in
+// backward one gradient per unit plus the tied embedding's, in grad_slots() slots so that a
+// reduction finishing late does not stall the next unit.
+std::vector<SlotClass> param_slot_classes(const LlamaModel& model, const Placement& p) {
+  const int keep = p.keep_embedding ? 1 : 0;
+  return slot_classes_of(model, p.param_slots(model.num_units()) - (p.reshard_after_forward ? keep : 0),
+                         p.keep_embedding);
+}
+
+std::vector<SlotClass> grad_slot_classes(const LlamaModel& model, const Placement& p) {
+  return slot_classes_of(model, p.grad_slots() - (p.keep_embedding ? 1 : 0), p.keep_embedding);
+}
 
 ZeroOptions zero_options(const Config& cfg) {
   ZeroOptions zo;
@@ -149,27 +169,29 @@ ZeroEngine::Impl::Impl(const LlamaModel& model, Device& device, Communicator& dp
       place(s.param, place_.params, n * esz, k + "param", bf16 ? "bf16 parameter shard" : "f32 parameter shard", true);
   }
 
-  // ---- slots ----
-  const size_t full = max_padded(model), shard = max_shard(model);
+  // ---- slots, sized per unit kind ----
+  const size_t shard = max_shard(model);
+  auto make_slots = [&](std::vector<Slot>& pool, const std::vector<SlotClass>& classes, bool params) {
+    for (const SlotClass& c : classes)
+      for (int i = 0; i < c.slots; ++i) {
+        Slot& sl = pool.emplace_back();
+        sl.numel = c.numel;
+        sl.kinds = c.kinds;
+        sl.full = device.alloc(c.numel * 4, params ? "gathered parameters" : "full gradient");
+        if (params && bf16) sl.full16 = device.alloc(c.numel * 2, "gathered bf16 parameters");
+        if (params && dp.size() > 1 && place_.params != Tier::device)
+          sl.shard = device.alloc(c.numel / size_t(dp.size()) * esz, "staged parameter shard");
+        sl.ready = device.make_event();
+        sl.free = device.make_event();
+      }
+  };
   if (!direct_params()) {
-    param_slots_.resize(size_t(place_.param_slots(model.num_units())));
-    for (auto& sl : param_slots_) {
-      sl.full = device.alloc(full * 4, "gathered parameters");
-      if (bf16) sl.full16 = device.alloc(full * 2, "gathered bf16 parameters");
-      if (dp.size() > 1 && place_.params != Tier::device)
-        sl.shard = device.alloc(shard * esz, "staged parameter shard");
-      sl.ready = device.make_event();
-      sl.free = device.make_event();
-    }
+    param_slot_limit_ = place_.param_slots(model.num_units());
+    make_slots(param_slots_, param_slot_classes(model, place_), true);
   }
   if (!aliased_grads()) {
-    int n_slots = place_.grad_slots();
-    grad_slots_.resize(size_t(n_slots));
-    for (auto& sl : grad_slots_) {
-      sl.full = device.alloc(full * 4, "full gradient");
-      sl.ready = device.make_event();
-      sl.free = device.make_event();
-    }
+    grad_slot_limit_ = place_.grad_slots();
+    make_slots(grad_slots_, grad_slot_classes(model, place_), false);
     if (dp.size() > 1) reduce_tmp_ = device.alloc(shard * 4, "reduce-scatter result");
     if (grads_tier_ == Tier::host && !host_ok)
       grad_stage_ = device.alloc_host(shard * 4, true, "gradient staging");

@@ -9,8 +9,9 @@
 // device), and the compute copy of the parameters (f32, or bf16 under train.precision = bf16; on
 // offload.params' tier; in f32 on the optimizer's tier it is the master itself).
 // Gathered full parameters live in a fixed pool of device slots (prefetch + 1, plus one for the
-// tied embedding), so the gathered working set is bounded by construction; gradient slots
-// likewise. All-gathers run on the communication stream and reduce-scatters on a reduction
+// tied embedding), sized per unit kind (a large embedding or head gets slots of its own, the
+// blocks share slots sized for a block), so the gathered working set is bounded by construction
+// and never larger than prefetch + 1 slots of the largest unit; gradient slots likewise. All-gathers run on the communication stream and reduce-scatters on a reduction
 // stream of their own (over a duplicate communicator, as FSDP does), each ordered against the
 // compute stream by events — never by host synchronization. NVMe reads and writes run on the swapper's
 // thread through staging buffers of a fixed pinned pool; NVMe reads of compute copies run
@@ -71,6 +72,11 @@ struct ZeroOptions {
 
 // The engine's options from a config (offload, zero, io sections and train.precision).
 ZeroOptions zero_options(const Config& config);
+
+// The gathered-parameter and full-gradient slots of `model` under `placement`, sized per unit
+// kind (Placement::slot_classes); the engine allocates these and the plan counts them.
+std::vector<SlotClass> param_slot_classes(const LlamaModel& model, const Placement& placement);
+std::vector<SlotClass> grad_slot_classes(const LlamaModel& model, const Placement& placement);
 
 // What this rank holds, by the engine's own accounting.
 struct ZeroMemory {

@@ -67,9 +67,11 @@ struct ZeroEngine::Impl {
   };
 
   struct Slot {
-    Buffer full;     // (padded_numel) f32: gathered parameters or a full gradient
-    Buffer full16;   // (padded_numel) bf16: gathered compute copy before the cast (bf16 only)
-    Buffer shard;    // (shard) staging of an off-device compute copy before the gather (dp > 1)
+    Buffer full;     // (numel) f32: gathered parameters or a full gradient
+    Buffer full16;   // (numel) bf16: gathered compute copy before the cast (bf16 only)
+    Buffer shard;    // (numel / dp) staging of an off-device compute copy before the gather (dp > 1)
+    uint64_t numel = 0;  // the largest padded unit it holds (its class's)
+    unsigned kinds = 0;  // the unit kinds it serves (bit k: UnitKind k; offload/placement.h)
     std::unique_ptr<Event> ready;  // the gather (or the backward) into `full` has completed
     std::unique_ptr<Event> free;   // the last reader of `full` has completed
     int owner = -1;  // unit held, -1 when free
@@ -110,7 +112,9 @@ struct ZeroEngine::Impl {
   void release(int u);
   float* acquire_grad(int u);
   void reduce_grad(int u);
-  Slot& take_slot(std::vector<Slot>& pool, int u, const char* what);
+  // A free slot of unit u's kind; an Error when none is free or `limit` slots of the pool are
+  // owned already (param_slots / grad_slots: the bound the schedule keeps, whatever the classes).
+  Slot& take_slot(std::vector<Slot>& pool, int limit, int u, const char* what);
   // A break of the gather protocol: an Error naming the unit, its state and slots (never a wait).
   [[noreturn]] void protocol_violation(int u, const std::string& what) const;
   int checked_unit(int u, const char* op) const;  // u, or an Error when no such unit
@@ -150,8 +154,10 @@ struct ZeroEngine::Impl {
   const Placement& place_ = opt_.placement;
   Tier grads_tier_;
   std::vector<Unit> units_;
-  std::vector<Slot> param_slots_;
-  std::vector<Slot> grad_slots_;
+  std::vector<Slot> param_slots_;  // by class (param_slot_classes)
+  std::vector<Slot> grad_slots_;   // by class (grad_slot_classes)
+  int param_slot_limit_ = 0;       // units held at once: Placement::param_slots
+  int grad_slot_limit_ = 0;        // Placement::grad_slots
   Buffer reduce_tmp_;     // one shard of f32 for reduce-scatter results (device)
   Buffer grad_stage_;     // one shard of f32 in pinned host memory (non host-addressable devices)
   Buffer param_stage_;    // one compute-copy shard in pinned host memory (the same)

@@ -8,14 +8,28 @@
 // as arguments, so offload/ stays below engine/.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "core/dtype.h"
 
 namespace strata {
 
 enum class Tier { device, host, nvme };
+
+// The kinds of unit a slot may serve, by index: 0 the embedding, 1 a decoder block, 2 the head
+// (engine/model.h's UnitKind, in that order).
+inline constexpr int kUnitKinds = 3;
+
+// One class of gathered slots: `slots` device buffers of `numel` elements each, serving the unit
+// kinds whose bit is set in `kinds` (bit k: kind k). A unit takes a free slot of its kind's class.
+struct SlotClass {
+  uint64_t numel = 0;
+  int slots = 0;
+  unsigned kinds = 0;
+};
 
 struct Placement {
   // Where each kind of state lives (offload.params, offload.grads, offload.optimizer).
@@ -55,6 +69,20 @@ struct Placement {
   // Full-gradient slots: two (one in backward, one being reduced), a third when prefetching so a
   // reduce-scatter finishing late does not stall the backward, one more for a tied embedding.
   int grad_slots() const;
+  // Slots sized per unit kind, for a schedule that holds at most `window` consecutive units of
+  // the model's order at once (forward: a unit and the ones gathered ahead of it; backward the
+  // same, reversed), plus unit 0 throughout when `keep_first` (a tied embedding). unit_kinds[u]
+  // and unit_numel[u]: unit u's kind and padded size. The kinds are split into classes (every
+  // partition of them is tried): a class's slots are sized for its largest unit, and there are
+  // as many as the most units of the class any such schedule holds at once. The partition with
+  // the fewest elements wins (ties: fewer classes), so it never has more than one class of
+  // window + keep_first slots of the largest unit — the old pool. With a large vocabulary the
+  // embedding and the head share one slot (never held together unless a window spans the
+  // model) and the blocks get slots of their own size.
+  static std::vector<SlotClass> slot_classes(const std::vector<int>& unit_kinds,
+                                             const std::vector<uint64_t>& unit_numel, int window,
+                                             bool keep_first);
+  static uint64_t slot_numel(const std::vector<SlotClass>& classes);  // Σ slots × numel
   // Optimizer pipeline chunk in bytes per array: optimizer_chunk rounded down to whole
   // `align_elems` f32 elements (shards are multiples of it), at least one, at most a shard.
   uint64_t chunk_bytes(uint64_t max_shard_elems, uint64_t align_elems) const;
