@@ -298,6 +298,64 @@ TEST(Offload, PlanCountsWhatTheEngineAllocates) {
       }
 }
 
+// Slots sized per unit kind: with a vocabulary whose embedding and head are several blocks each,
+// the engine's gathered working set is what the plan counts and less than the old pool's
+// (param_slots and grad_slots of the largest unit), tied or not, at every prefetch depth, with
+// units kept from forward to backward or not — and training is bit-identical to the same run
+// with everything on the device.
+TEST(Offload, SlotsPerUnitKindShrinkTheWorkingSetAndChangeNoNumber) {
+  for (bool tied : {false, true})
+    for (int prefetch : {0, 1, 3})
+      for (bool reshard : {true, false}) {
+        Config c = base(Precision::bf16);  // bf16: parameter slots even on one rank
+        c.model.vocab_size = 2048;          // embedding 96K elements, a block 18K
+        c.model.tie_embeddings = tied;
+        c.zero.prefetch = prefetch;
+        c.zero.reshard_after_forward = reshard;
+        c.offload.params = Tier::host;
+        c.offload.grads = Tier::host;
+        const std::string what = str(tied ? "tied" : "untied", ", zero.prefetch ", prefetch,
+                                     reshard ? "" : ", reshard_after_forward = false");
+        SCOPED_TRACE(what);
+        PlanMachine m;
+        m.device_capacity = 64ull << 30;
+        m.ranks_here = world().size();
+        const MemoryPlan plan = plan_memory(c, world().size(), m);
+        uint64_t planned = 0;
+        for (const auto& r : plan.rows)
+          if (r.what.rfind("gathered parameters", 0) == 0 || r.what.rfind("full gradients", 0) == 0)
+            planned += r.bytes;
+        const Placement pl = zero_options(c).placement;
+        const LlamaModel model(c.model, world().size());
+        uint64_t largest = 0;
+        for (const auto& u : model.units()) largest = std::max<uint64_t>(largest, u.layout.padded_numel());
+        const uint64_t dp = uint64_t(world().size());
+        const uint64_t old_pool =
+            uint64_t(pl.param_slots(model.num_units())) * (largest * 6 + (dp > 1 ? largest / dp * 2 : 0)) +
+            (pl.aliased_grads(int(dp)) ? 0 : uint64_t(pl.grad_slots()) * largest * 4);
+        TrainerOptions opt;
+        opt.progress = false;
+        Trainer t(c, world(), opt);
+        const ZeroMemory z = t.state_memory();
+        EXPECT_EQ(z.gathered_bytes, planned);
+        EXPECT_LT(z.gathered_bytes, old_pool);
+        Result r;
+        r.losses = t.train().losses;
+        for (const auto& n : t.parameter_names()) r.weights.push_back(t.parameter(n));
+        Config all = c;
+        all.offload.params = Tier::device;
+        all.offload.grads = Tier::device;
+        all.zero.prefetch = 1;
+        all.zero.reshard_after_forward = true;
+        const Result ref = run(all);
+        EXPECT_EQ(r.losses, ref.losses);
+        EXPECT_TRUE(r.weights == ref.weights) << "final weights differ from the all-device run";
+        if (world().rank() == 0 && prefetch == 1 && reshard)
+          std::printf("[slots] %s: gathered %llu bytes per rank (one pool of the largest unit: %llu)\n",
+                      what.c_str(), (unsigned long long)z.gathered_bytes, (unsigned long long)old_pool);
+      }
+}
+
 TEST(Offload, IoErrorMidStepStopsTheRun) {
   Config c = base(Precision::fp32);
   c.train.steps = 4;
