@@ -89,7 +89,7 @@ std::string hash_hex(uint64_t h) {
 nlohmann::json CheckpointManifest::to_json() const {
   nlohmann::json j;
   j["format"] = kFormat;
-  j["version"] = version;
+  j["version"] = written_version();
   j["strata_version"] = strata_version;
   j["step"] = step;
   j["windows_consumed"] = windows_consumed;
@@ -99,6 +99,10 @@ nlohmann::json CheckpointManifest::to_json() const {
   j["config_toml"] = config_toml;
   j["states"] = nlohmann::json::array();
   for (int s = 0; s < kCheckpointStates; ++s) j["states"].push_back(checkpoint_state_name(s));
+  if (written_version() >= 3) {
+    const std::string_view mv = dtype_name(optimizer_state_dtype);
+    j["state_dtypes"] = {"f32", mv, mv};
+  }
   nlohmann::json ts = nlohmann::json::array();
   std::map<std::string, size_t> index;
   for (const auto& t : tensors) {
@@ -147,6 +151,14 @@ CheckpointManifest CheckpointManifest::from_json(const nlohmann::json& j, const 
     if (m.version == 1 && m.tp > 1)
       bad_manifest(where, str("format version 1 with tp ", m.tp, ": written before tensor-parallel "
                               "checkpoints stored global coordinates, its pieces are wrong"));
+    if (j.contains("state_dtypes")) {
+      if (m.version < 3)
+        bad_manifest(where, str("\"state_dtypes\" in format version ", m.version, " (introduced in version 3)"));
+      const auto d = j.at("state_dtypes").get<std::vector<std::string>>();
+      if (d.size() != size_t(kCheckpointStates) || d[0] != "f32" || d[1] != d[2] || (d[1] != "f32" && d[1] != "bf16"))
+        bad_manifest(where, "\"state_dtypes\" must be [\"f32\", X, X] with X \"f32\" or \"bf16\" (master, m, v)");
+      m.optimizer_state_dtype = d[1] == "bf16" ? DType::bf16 : DType::f32;
+    }
     m.config = j.at("config");
     m.config_toml = j.at("config_toml").get<std::string>();
     if (m.step < 0) bad_manifest(where, str("step ", m.step, " is negative"));
@@ -206,7 +218,7 @@ CheckpointManifest CheckpointManifest::from_json(const nlohmann::json& j, const 
         // The last run ends inside the tensor; the rows × count values lie inside the file.
         if (cp.count == 0 || cp.start > numel || cp.count > numel - cp.start ||
             (cp.rows > 1 && cp.rows - 1 > (numel - cp.start - cp.count) / cp.row_stride) ||
-            cp.offset > f->second || cp.count > (f->second - cp.offset) / 4 / cp.rows)
+            cp.offset > f->second || cp.count > (f->second - cp.offset) / m.state_elem_bytes(cp.state) / cp.rows)
           bad_manifest(where, str("tensor '", ct.name, "': piece of ", what, " at offset ", cp.offset,
                                   " of '", cp.file, "' lies outside the tensor or the file"));
         m.pieces.push_back(cp);
@@ -261,28 +273,31 @@ std::string checkpoint_rank_file(int rank) {
   return buf;
 }
 
-std::vector<CheckpointBlock> checkpoint_blocks(const LlamaModel& model, int dp_rank) {
+std::vector<CheckpointBlock> checkpoint_blocks(const LlamaModel& model, int dp_rank, DType state_dtype) {
+  STRATA_CHECK(state_dtype == DType::f32 || state_dtype == DType::bf16, "checkpoint::blocks",
+               "m and v in ", dtype_name(state_dtype));
   std::vector<CheckpointBlock> blocks;
   uint64_t at = 0;
   for (int u = 0; u < model.num_units(); ++u) {
     const FlatLayout& L = model.unit(u).layout;
     const uint64_t n = L.shard_numel();
     for (int s = 0; s < kCheckpointStates; ++s) {
-      blocks.push_back(CheckpointBlock{u, s, at, uint64_t(dp_rank) * n, n});
-      at += n * 4;  // a multiple of 8 KiB: shards are multiples of kShardAlignElems
+      const uint64_t esz = s == 0 ? 4 : dtype_bytes(state_dtype);
+      blocks.push_back(CheckpointBlock{u, s, at, uint64_t(dp_rank) * n, n, esz});
+      at += n * esz;  // a multiple of 4 KiB: shards are multiples of kShardAlignElems
     }
   }
   return blocks;
 }
 
-uint64_t checkpoint_file_bytes(const LlamaModel& model, int dp_rank) {
+uint64_t checkpoint_file_bytes(const LlamaModel& model, int dp_rank, DType state_dtype) {
   uint64_t b = 0;
-  for (const auto& blk : checkpoint_blocks(model, dp_rank)) b += blk.shard_numel * 4;
+  for (const auto& blk : checkpoint_blocks(model, dp_rank, state_dtype)) b += blk.bytes();
   return b;
 }
 
 std::vector<CheckpointPiece> checkpoint_pieces(const ModelConfig& config, int dp, int tp,
-                                               const std::vector<StageUnits>& stages) {
+                                               DType state_dtype, const std::vector<StageUnits>& stages) {
   std::vector<CheckpointPiece> pieces;
   const std::vector<StageUnits> whole = {StageUnits{}};
   const std::vector<StageUnits>& st = stages.empty() ? whole : stages;
@@ -292,7 +307,7 @@ std::vector<CheckpointPiece> checkpoint_pieces(const ModelConfig& config, int dp
     for (int d = 0; d < dp; ++d) {
       // world rank = (pp_index · dp + dp_index) · tp + tp_index (comm/mesh.h)
       const std::string file = checkpoint_rank_file((p * dp + d) * tp + t);
-      for (const auto& blk : checkpoint_blocks(model, d)) {
+      for (const auto& blk : checkpoint_blocks(model, d, state_dtype)) {
         const FlatLayout& L = model.unit(blk.unit).layout;
         const uint64_t lo = blk.shard_begin, hi = blk.shard_begin + blk.shard_numel;
         for (const auto& v : L.views()) {
@@ -301,7 +316,7 @@ std::vector<CheckpointPiece> checkpoint_pieces(const ModelConfig& config, int dp
           if (a >= b) continue;
           for (const GlobalRuns& r : v.global_runs(a - v.offset, b - v.offset))
             pieces.push_back(CheckpointPiece{v.name, blk.state, file,
-                                             blk.file_offset + (v.offset + r.local - lo) * 4, r.start,
+                                             blk.file_offset + (v.offset + r.local - lo) * blk.elem_bytes, r.start,
                                              r.count, r.rows, r.row_stride});
         }
       }
@@ -524,11 +539,19 @@ void CheckpointReader::pread_all(const CheckpointPiece& p, void* dst, uint64_t b
   }
 }
 
+void CheckpointReader::read_elems(const CheckpointPiece& p, uint64_t first, uint64_t count, float* out) {
+  const uint64_t esz = manifest_.state_elem_bytes(p.state);
+  if (esz == 4) return pread_all(p, out, count * 4, p.offset + first * 4);
+  scratch16_.resize(size_t(count));
+  pread_all(p, scratch16_.data(), count * 2, p.offset + first * 2);
+  for (uint64_t i = 0; i < count; ++i) out[i] = bf16_bits_to_f32(scratch16_[size_t(i)]);
+}
+
 uint64_t CheckpointReader::read_piece(const CheckpointPiece& p, uint64_t a, uint64_t b, float* out) {
   if (p.rows == 1) {
     const uint64_t lo = std::max(a, p.start), hi = std::min(b, p.start + p.count);
     if (lo >= hi) return 0;
-    pread_all(p, out + (lo - a), (hi - lo) * 4, p.offset + (lo - p.start) * 4);
+    read_elems(p, lo - p.start, hi - lo, out + (lo - a));
     return hi - lo;
   }
   // Runs i with start + i·stride < b and start + i·stride + count > a.
@@ -547,7 +570,7 @@ uint64_t CheckpointReader::read_piece(const CheckpointPiece& p, uint64_t a, uint
   if (first == last) {  // one run (a row-by-row reader): straight into out
     uint64_t lo, hi;
     if (!overlap(first, lo, hi)) return 0;
-    pread_all(p, out + (lo - a), (hi - lo) * 4, p.offset + (first * p.count + (lo - p.start - first * S)) * 4);
+    read_elems(p, first * p.count + (lo - p.start - first * S), hi - lo, out + (lo - a));
     return hi - lo;
   }
   // Several runs: they are consecutive in the file; read up to 8 MiB of them at a time.
@@ -555,7 +578,7 @@ uint64_t CheckpointReader::read_piece(const CheckpointPiece& p, uint64_t a, uint
   for (uint64_t i0 = first; i0 <= last; i0 += batch) {
     const uint64_t n = std::min(batch, last - i0 + 1);
     scratch_.resize(size_t(n * p.count));
-    pread_all(p, scratch_.data(), n * p.count * 4, p.offset + i0 * p.count * 4);
+    read_elems(p, i0 * p.count, n * p.count, scratch_.data());
     for (uint64_t i = i0; i < i0 + n; ++i) {
       uint64_t lo, hi;
       if (!overlap(i, lo, hi)) continue;

@@ -18,24 +18,28 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/dtype.h"
 #include "engine/pipeline.h"
 
 namespace strata {
 
 class LlamaModel;
 struct ModelConfig;
-enum class DType : uint8_t;
 struct TestHooks;
 
+// Version 3: m and v may be stored in bf16 ("state_dtypes"; train.optimizer_state_dtype = bf16).
 // Version 2: 2-D pieces (rows, row_stride), files per world rank, tensor parallelism. Version 1
-// (no 2-D pieces, written before tensor-parallel checkpoints) is still read.
-inline constexpr int kCheckpointVersion = 2;
-inline constexpr int kCheckpointStates = 3;  // master, m, v (f32 each)
+// (no 2-D pieces, written before tensor-parallel checkpoints) is still read. A save writes the
+// lowest version that describes it: 2 when every state is f32 (readable by older builds), 3
+// when m and v are bf16.
+inline constexpr int kCheckpointVersion = 3;
+inline constexpr int kCheckpointStates = 3;  // master (f32), m, v (f32 or bf16)
 const char* checkpoint_state_name(int state);  // "master", "m", "v"
 
 // `rows` runs of `count` elements of tensor `tensor`'s state `state` (row-major flat indices):
 // run i holds elements [start + i·row_stride, start + i·row_stride + count). The runs are
-// stored one after another as rows × count f32 at byte `offset` of `file`. rows = 1 is the
+// stored one after another as rows × count elements (f32, or bf16 for m and v of a checkpoint
+// whose optimizer_state_dtype is bf16) at byte `offset` of `file`. rows = 1 is the
 // plain range [start, start + count); rows > 1 (a column slice: a few columns of many rows)
 // needs row_stride ≥ count.
 struct CheckpointPiece {
@@ -70,12 +74,21 @@ struct CheckpointManifest {
   int64_t step = 0;                 // steps completed; the run resumes at step + 1
   uint64_t windows_consumed = 0;    // logical data windows the completed steps read
   std::string precision;            // "fp32" | "bf16": the compute copy (rebuilt from master)
+  // How m and v are stored: f32, or bf16 (the bits the engine held; master is always f32).
+  DType optimizer_state_dtype = DType::f32;
   int world = 1, dp = 1, tp = 1, pp = 1;
   nlohmann::json config;            // the effective config (strata config --json)
   std::string config_toml;          // the same as TOML: what `--resume` starts from
   std::vector<CheckpointTensor> tensors;
   std::vector<CheckpointPiece> pieces;
   std::vector<CheckpointFile> files;
+
+  // Bytes of one stored element of state `state` (0 master, 1 m, 2 v).
+  uint64_t state_elem_bytes(int state) const {
+    return state == 0 ? 4 : dtype_bytes(optimizer_state_dtype);
+  }
+  // The format version this manifest is written as: 2, or 3 when m and v are bf16.
+  int written_version() const { return optimizer_state_dtype == DType::f32 ? 2 : 3; }
 
   nlohmann::json to_json() const;
   // Checks the structure (version, types, pieces inside their tensors and files); `where` names
@@ -86,21 +99,26 @@ struct CheckpointManifest {
 // ---- one rank's data file ----
 
 // One (unit, state) shard of a rank in its data file: elements [shard_begin, shard_begin +
-// shard_numel) of the unit's flat layout (padding included), f32, at `file_offset` (a multiple
-// of 4096; blocks follow one another, unit by unit, master, m, v).
+// shard_numel) of the unit's flat layout (padding included), of elem_bytes each (master f32; m
+// and v f32 or bf16, as the engine holds them), at `file_offset` (a multiple of 4096; blocks
+// follow one another, unit by unit, master, m, v).
 struct CheckpointBlock {
   int unit = 0;
   int state = 0;
   uint64_t file_offset = 0;
   uint64_t shard_begin = 0;
   uint64_t shard_numel = 0;
+  uint64_t elem_bytes = 4;
+  uint64_t bytes() const { return shard_numel * elem_bytes; }
 };
 // The file of world rank `rank` ("rank_00003.bin"); world rank = (pp_index · dp + dp_index) ·
 // tp + tp_index (comm/mesh.h).
 std::string checkpoint_rank_file(int rank);
-// The blocks of the rank with data-parallel index `dp_rank` (its tp slice is `model`'s).
-std::vector<CheckpointBlock> checkpoint_blocks(const LlamaModel& model, int dp_rank);
-uint64_t checkpoint_file_bytes(const LlamaModel& model, int dp_rank);
+// The blocks of the rank with data-parallel index `dp_rank` (its tp slice is `model`'s), m and v
+// in `state_dtype` (f32 or bf16).
+std::vector<CheckpointBlock> checkpoint_blocks(const LlamaModel& model, int dp_rank,
+                                               DType state_dtype = DType::f32);
+uint64_t checkpoint_file_bytes(const LlamaModel& model, int dp_rank, DType state_dtype = DType::f32);
 // Every tensor's pieces for the mesh dp × tp (the manifest's table): the blocks of every rank,
 // each tp rank's layout built from `config`, in global coordinates. Only primary views are
 // stored (a replica — norm weights on every tp rank, a kv head on several — is read back from
@@ -108,6 +126,7 @@ uint64_t checkpoint_file_bytes(const LlamaModel& model, int dp_rank);
 // With pipeline stages (`stages`, engine/pipeline.h; empty = one stage) each stage's ranks list
 // their own units' blocks.
 std::vector<CheckpointPiece> checkpoint_pieces(const ModelConfig& config, int dp, int tp,
+                                               DType state_dtype = DType::f32,
                                                const std::vector<StageUnits>& stages = {});
 // Every tensor of the whole model (all stages) by name and global shape.
 std::vector<CheckpointTensor> checkpoint_tensors(const LlamaModel& model);
@@ -150,7 +169,8 @@ class CheckpointReader {
   CheckpointReader& operator=(const CheckpointReader&) = delete;
 
   const CheckpointTensor& tensor(const std::string& name) const;  // Error when absent
-  // out[0, count) = elements [start, start + count) of the tensor's state. Finds the pieces in
+  // out[0, count) = elements [start, start + count) of the tensor's state, as f32 (bf16 m and v
+  // are widened, which is exact). Finds the pieces in
   // O(log pieces + pieces whose span [start, end()) meets the range); a 2-D piece's runs are
   // read with one pread per run it shares with the range, or per 8 MiB of consecutive runs.
   void read(const std::string& tensor, int state, uint64_t start, uint64_t count, float* out);
@@ -165,6 +185,9 @@ class CheckpointReader {
   };
   int fd(const std::string& file);
   void pread_all(const CheckpointPiece& p, void* dst, uint64_t bytes, uint64_t offset);
+  // out[0, count) = the piece's stored elements [first, first + count) (runs laid end to end),
+  // widened to f32.
+  void read_elems(const CheckpointPiece& p, uint64_t first, uint64_t count, float* out);
   // Copies what piece p holds of elements [a, b) into out (out[0] is element a); returns how many.
   uint64_t read_piece(const CheckpointPiece& p, uint64_t a, uint64_t b, float* out);
   std::string dir_;
@@ -173,6 +196,7 @@ class CheckpointReader {
   std::vector<Index> index_;               // tensor index · kCheckpointStates + state
   std::map<std::string, int> fds_;
   std::vector<float> scratch_;             // consecutive runs of a 2-D piece
+  std::vector<uint16_t> scratch16_;        // bf16 elements before widening
 };
 
 // Writes the checkpoint's master weights as Hugging Face safetensors + config.json in out_dir

@@ -207,7 +207,7 @@ void CheckpointWriter::write_file(Job& job, const std::string& path, uint64_t& b
   Buffer& staging = staging_;
   FileIO* fio = fio_.get();
   uint64_t total = 0;
-  for (const auto& b : job.blocks) total += b.shard_numel * 4;
+  for (const auto& b : job.blocks) total += b.bytes();
   // Preallocated to its final size: direct writes inside the file run in parallel (ext4
   // serializes the ones that extend it), and a full disk shows now, with a clear error.
   {
@@ -288,7 +288,7 @@ void CheckpointWriter::write_file(Job& job, const std::string& path, uint64_t& b
   bool hooked = false;
   uint64_t written = 0;
   for (const auto& b : job.blocks) {
-    const uint64_t block_bytes = b.shard_numel * 4;
+    const uint64_t block_bytes = b.bytes();
     STRATA_CHECK(b.file_offset == written, "checkpoint::write", "blocks out of order");
     const char* mem = static_cast<const char*>(job.source->block_memory(b));
     // NVMe blocks: reads run ahead of the writes by up to depth - 1 chunks. However this block

@@ -36,7 +36,7 @@ struct TestHooks;
 class CheckpointSource {
  public:
   virtual ~CheckpointSource() = default;
-  // Host-readable bytes of the block (shard_numel × 4), or null when the block lives on NVMe.
+  // Host-readable bytes of the block (block.bytes()), or null when the block lives on NVMe.
   virtual const void* block_memory(const CheckpointBlock& block) = 0;
   // NVMe blocks: starts reading bytes [offset, offset + bytes) of the block into `buffer`
   // (pinned, 4096-aligned; offset and bytes multiples of 4096); returns a ticket for wait_read.

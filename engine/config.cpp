@@ -60,8 +60,8 @@ enum class Kind { integer, real, boolean, string, size, choice, string_list, int
 // Where a key's value lives. A choice key is stored either as its enum (choice i ↔ enum value i)
 // or as the chosen string.
 using Field = std::variant<int*, uint64_t*, float*, double*, bool*, std::string*, Tier*,
-                           Precision*, Schedule*, RopeType*, PipelineSchedule*, std::vector<std::string>*,
-                           std::vector<int>*>;
+                           Precision*, Schedule*, RopeType*, PipelineSchedule*, DType*,
+                           std::vector<std::string>*, std::vector<int>*>;
 
 // Allowed numeric range; an unset bound is infinite. Integer and size keys have closed ranges
 // with whole bounds below 2^53 (exact as doubles) and are compared exactly (contains_integer).
@@ -203,6 +203,10 @@ const std::vector<Key>& keys() {
       {STRATA_CONFIG_KEY(train, precision), Kind::choice,
        "compute precision: fp32, or bf16 compute copy with f32 master weights", any(),
        {"fp32", "bf16"}},
+      {STRATA_CONFIG_KEY(train, optimizer_state_dtype), Kind::choice,
+       "dtype of the AdamW m and v shards on every tier: f32, or bf16 (each update computed in "
+       "f32, then rounded to nearest even; 20 instead of 28 optimizer bytes per parameter per "
+       "step; master weights stay f32)", any(), {"f32", "bf16"}},
       {STRATA_CONFIG_KEY(train, seed), Kind::integer,
        "seed of initialization and shuffling (the built-in tasks do not depend on it)",
        at_least(0)},

@@ -78,6 +78,8 @@ struct TrainConfig {
   float grad_clip = 1.0f;     // global-norm clipping threshold; 0 = off
   int grad_accum = 1;         // micro-batches per step
   Precision precision = Precision::fp32;
+  // AdamW m and v: f32, or bf16 (rounded to nearest even after each update; master stays f32).
+  DType optimizer_state_dtype = DType::f32;
   uint64_t seed = 1234;
   std::string device = "cpu";  // cpu | cuda | auto
   int threads = 0;             // oneTBB threads; 0 = all this process may use

@@ -68,10 +68,9 @@ MemoryPlan plan_memory(const Config& c, int dp, const PlanMachine& machine, int 
                      : checked_cast<int>(int64_t(dp) * c.parallel.tp * c.parallel.pp,
                                          "ranks = dp x tp x pp");
 
-  uint64_t shard = 0, full = 0, max_shard = 0;
+  uint64_t shard = 0, max_shard = 0;
   for (const auto& u : model.units()) {
     shard = add(shard, u.layout.shard_numel());
-    full = std::max<uint64_t>(full, u.layout.padded_numel());
     max_shard = std::max<uint64_t>(max_shard, u.layout.shard_numel());
   }
   const bool bf16 = pl.compute == DType::bf16;
@@ -85,20 +84,38 @@ MemoryPlan plan_memory(const Config& c, int dp, const PlanMachine& machine, int 
 
   // Shards.
   row(pl.optimizer, "master weights (f32 shard)", mul(shard, 4));
-  row(pl.optimizer, "AdamW m and v (f32 shards)", mul(shard, 8));
+  row(pl.optimizer, str("AdamW m and v (", dtype_name(pl.state), " shards)"),
+      mul(shard, 2 * pl.state_elem_bytes()));
   row(grads, "gradients (f32 shard)", mul(shard, 4), true);
   if (!pl.param_is_master())
     row(pl.params, bf16 ? "compute copy (bf16 shard)" : "compute copy (f32 shard)", mul(shard, esz), true);
-  // The gathered working set.
+  // The gathered working set: slots sized per unit kind (engine/zero.h).
+  auto slot_text = [&](const std::vector<SlotClass>& classes) {
+    static const char* kinds[kUnitKinds] = {"embedding", "blocks", "head"};
+    std::string t;
+    for (const SlotClass& cl : classes) {
+      std::string k;
+      for (int i = 0; i < kUnitKinds; ++i)
+        if (cl.kinds & (1u << i)) k += str(k.empty() ? "" : "+", kinds[i]);
+      t += str(t.empty() ? "" : ", ", cl.slots, " ", k);
+    }
+    return t;
+  };
   if (!pl.direct_params(dp)) {
-    uint64_t slots = uint64_t(pl.param_slots(model.num_units()));
-    uint64_t per = add(mul(full, bf16 ? 6 : 4),
-                       dp > 1 && pl.params != Tier::device ? mul(max_shard, esz) : 0);
-    row(Tier::device, str("gathered parameters (", slots, " units)"), mul(slots, per));
+    const auto classes = param_slot_classes(model, pl);
+    uint64_t bytes = 0;
+    for (const SlotClass& cl : classes) {
+      const uint64_t per = add(mul(cl.numel, bf16 ? 6 : 4),
+                               dp > 1 && pl.params != Tier::device ? mul(cl.numel / uint64_t(dp), esz) : 0);
+      bytes = add(bytes, mul(uint64_t(cl.slots), per));
+    }
+    row(Tier::device, str("gathered parameters (", slot_text(classes), ")"), bytes);
   }
   if (!pl.aliased_grads(dp)) {
-    uint64_t slots = uint64_t(pl.grad_slots());
-    row(Tier::device, str("full gradients (", slots, " units)"), mul(mul(slots, full), 4));
+    const auto classes = grad_slot_classes(model, pl);
+    uint64_t bytes = 0;
+    for (const SlotClass& cl : classes) bytes = add(bytes, mul(mul(uint64_t(cl.slots), cl.numel), 4));
+    row(Tier::device, str("full gradients (", slot_text(classes), ")"), bytes);
     if (dp > 1) row(Tier::device, "reduce-scatter result (1 shard)", mul(max_shard, 4));
   }
   const uint64_t acts = activation_bytes(model, c.data.micro_batch, c.data.seq_len,
@@ -117,8 +134,9 @@ MemoryPlan plan_memory(const Config& c, int dp, const PlanMachine& machine, int 
   // Pinned staging pools.
   uint64_t pools = 0;
   if (pl.chunk_io()) {
-    uint64_t b = mul(12, pl.chunk_bytes(max_shard, kShardAlignElems));
-    row(Tier::host, "NVMe optimizer pipeline staging (3 sets x 4 chunks)", b, true);
+    uint64_t b = mul(uint64_t(pl.chunk_buffers()), pl.chunk_bytes(max_shard, kShardAlignElems));
+    row(Tier::host, str("NVMe optimizer pipeline staging (3 sets x ", pl.chunk_buffers_per_set(), " chunks)"), b,
+        true);
     pools = add(pools, b);
   }
   if (pl.nvme_params()) {
@@ -141,7 +159,7 @@ MemoryPlan plan_memory(const Config& c, int dp, const PlanMachine& machine, int 
   p.checks.push_back({"device memory per rank", device_need, device_limit,
                       c.offload.device_mem_limit ? "offload.device_mem_limit" : "the device's size"});
   if (c.offload.pinned_mem_limit && pools > 0) {
-    uint64_t min_pools = add(pl.chunk_io() ? mul(12, pl.chunk_bytes(max_shard, kShardAlignElems)) : 0,
+    uint64_t min_pools = add(pl.chunk_io() ? mul(uint64_t(pl.chunk_buffers()), pl.chunk_bytes(max_shard, kShardAlignElems)) : 0,
                              pl.nvme_params() ? mul(max_shard, esz) : 0);
     p.checks.push_back({"pinned staging per rank (at least one unit)", min_pools,
                         c.offload.pinned_mem_limit, "offload.pinned_mem_limit"});

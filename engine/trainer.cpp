@@ -621,6 +621,7 @@ struct Trainer::Impl {
     m.step = step;
     m.windows_consumed = windows_done;
     m.precision = std::string(precision_name(cfg.train.precision));
+    m.optimizer_state_dtype = cfg.train.optimizer_state_dtype;
     m.world = world.size();
     m.dp = dp;
     m.tp = mesh.tp;
@@ -632,11 +633,12 @@ struct Trainer::Impl {
     // writes its own blocks into the file of its world rank (the writer's communicator).
     if (world.rank() == 0) {
       if (ckpt_pieces.empty())
-        ckpt_pieces = checkpoint_pieces(model->config(), dp, mesh.tp, pp > 1 ? stages : std::vector<StageUnits>{});
+        ckpt_pieces = checkpoint_pieces(model->config(), dp, mesh.tp, cfg.train.optimizer_state_dtype,
+                                        pp > 1 ? stages : std::vector<StageUnits>{});
       m.pieces = ckpt_pieces;
     }
     CheckpointSource& source = zero->checkpoint_source();
-    writer->start(std::move(m), checkpoint_blocks(*model, rank), source);
+    writer->start(std::move(m), checkpoint_blocks(*model, rank, cfg.train.optimizer_state_dtype), source);
     if (!cfg.checkpoint.async) writer->wait();
   }
 

@@ -9,6 +9,7 @@
 #include "engine/zero.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <filesystem>
 
@@ -28,10 +29,15 @@ namespace strata {
 
 namespace {
 
-size_t max_padded(const LlamaModel& m) {
-  size_t n = 0;
-  for (const auto& u : m.units()) n = std::max(n, u.layout.padded_numel());
-  return n;
+// Slot classes for a schedule holding `window` consecutive units (and the tied embedding).
+std::vector<SlotClass> slot_classes_of(const LlamaModel& m, int window, bool keep_first) {
+  std::vector<int> kinds;
+  std::vector<uint64_t> numel;
+  for (const auto& u : m.units()) {
+    kinds.push_back(static_cast<int>(u.kind));
+    numel.push_back(u.layout.padded_numel());
+  }
+  return Placement::slot_classes(kinds, numel, window, keep_first);
 }
 
 size_t max_shard(const LlamaModel& m) {
@@ -42,6 +48,20 @@ size_t max_shard(const LlamaModel& m) {
 
 }  // namespace
 
+// The trainer holds a unit and the zero.prefetch units gathered ahead of it (all of them when
+// they stay gathered from forward to backward), and the tied embedding through the step; in
+// backward one gradient per unit plus the tied embedding's, in grad_slots() slots so that a
+// reduction finishing late does not stall the next unit.
+std::vector<SlotClass> param_slot_classes(const LlamaModel& model, const Placement& p) {
+  const int keep = p.keep_embedding ? 1 : 0;
+  return slot_classes_of(model, p.param_slots(model.num_units()) - (p.reshard_after_forward ? keep : 0),
+                         p.keep_embedding);
+}
+
+std::vector<SlotClass> grad_slot_classes(const LlamaModel& model, const Placement& p) {
+  return slot_classes_of(model, p.grad_slots() - (p.keep_embedding ? 1 : 0), p.keep_embedding);
+}
+
 ZeroOptions zero_options(const Config& cfg) {
   ZeroOptions zo;
   Placement& p = zo.placement;
@@ -49,6 +69,7 @@ ZeroOptions zero_options(const Config& cfg) {
   p.grads = cfg.offload.grads;
   p.optimizer = cfg.offload.optimizer;
   p.compute = cfg.train.precision == Precision::bf16 ? DType::bf16 : DType::f32;
+  p.state = cfg.train.optimizer_state_dtype;
   p.prefetch = cfg.zero.prefetch;
   p.keep_embedding = cfg.model.tie_embeddings;
   p.reshard_after_forward = cfg.zero.reshard_after_forward;
@@ -85,6 +106,9 @@ ZeroEngine::Impl::Impl(const LlamaModel& model, Device& device, Communicator& dp
          "16 bytes per parameter, the compute copy only 2 or 4");
   const bool bf16 = place_.compute == DType::bf16;
   const size_t esz = param_elem_bytes();
+  const size_t ssz = place_.state_elem_bytes();  // m and v: 4 (f32) or 2 (bf16)
+  STRATA_CHECK(place_.state == DType::f32 || place_.state == DType::bf16, "zero::init",
+               "AdamW states in ", dtype_name(place_.state), " (f32 or bf16 only)");
 
   // ---- the NVMe tier: swap space, its FileIO and the swapper thread ----
   const bool nvme_params = place_.nvme_params();
@@ -102,7 +126,7 @@ ZeroEngine::Impl::Impl(const LlamaModel& model, Device& device, Communicator& dp
     uint64_t need = 0;
     for (const auto& u : model.units()) {
       uint64_t n = u.layout.shard_numel();
-      if (nvme_opt) need += 3 * n * 4;
+      if (nvme_opt) need += n * place_.optimizer_state_bytes();
       if (nvme_params && !param_is_master()) need += n * esz;
     }
     IoOptions io;
@@ -139,34 +163,36 @@ ZeroEngine::Impl::Impl(const LlamaModel& model, Device& device, Communicator& dp
     const size_t n = model.unit(u).layout.shard_numel();
     const std::string k = str("unit", u, "/");
     place(s.master, place_.optimizer, n * 4, k + "master", "master weights shard", false);
-    place(s.m, place_.optimizer, n * 4, k + "m", "AdamW m shard", false);
-    place(s.v, place_.optimizer, n * 4, k + "v", "AdamW v shard", false);
+    place(s.m, place_.optimizer, n * ssz, k + "m", "AdamW m shard", false);
+    place(s.v, place_.optimizer, n * ssz, k + "v", "AdamW v shard", false);
     place(s.grad, grads_tier_, n * 4, "", "gradient shard", true);
     if (!param_is_master())
       place(s.param, place_.params, n * esz, k + "param", bf16 ? "bf16 parameter shard" : "f32 parameter shard", true);
   }
 
-  // ---- slots ----
-  const size_t full = max_padded(model), shard = max_shard(model);
+  // ---- slots, sized per unit kind ----
+  const size_t shard = max_shard(model);
+  auto make_slots = [&](std::vector<Slot>& pool, const std::vector<SlotClass>& classes, bool params) {
+    for (const SlotClass& c : classes)
+      for (int i = 0; i < c.slots; ++i) {
+        Slot& sl = pool.emplace_back();
+        sl.numel = c.numel;
+        sl.kinds = c.kinds;
+        sl.full = device.alloc(c.numel * 4, params ? "gathered parameters" : "full gradient");
+        if (params && bf16) sl.full16 = device.alloc(c.numel * 2, "gathered bf16 parameters");
+        if (params && dp.size() > 1 && place_.params != Tier::device)
+          sl.shard = device.alloc(c.numel / size_t(dp.size()) * esz, "staged parameter shard");
+        sl.ready = device.make_event();
+        sl.free = device.make_event();
+      }
+  };
   if (!direct_params()) {
-    param_slots_.resize(size_t(place_.param_slots(model.num_units())));
-    for (auto& sl : param_slots_) {
-      sl.full = device.alloc(full * 4, "gathered parameters");
-      if (bf16) sl.full16 = device.alloc(full * 2, "gathered bf16 parameters");
-      if (dp.size() > 1 && place_.params != Tier::device)
-        sl.shard = device.alloc(shard * esz, "staged parameter shard");
-      sl.ready = device.make_event();
-      sl.free = device.make_event();
-    }
+    param_slot_limit_ = place_.param_slots(model.num_units());
+    make_slots(param_slots_, param_slot_classes(model, place_), true);
   }
   if (!aliased_grads()) {
-    int n_slots = place_.grad_slots();
-    grad_slots_.resize(size_t(n_slots));
-    for (auto& sl : grad_slots_) {
-      sl.full = device.alloc(full * 4, "full gradient");
-      sl.ready = device.make_event();
-      sl.free = device.make_event();
-    }
+    grad_slot_limit_ = place_.grad_slots();
+    make_slots(grad_slots_, grad_slot_classes(model, place_), false);
     if (dp.size() > 1) reduce_tmp_ = device.alloc(shard * 4, "reduce-scatter result");
     if (grads_tier_ == Tier::host && !host_ok)
       grad_stage_ = device.alloc_host(shard * 4, true, "gradient staging");
@@ -188,17 +214,18 @@ ZeroEngine::Impl::Impl(const LlamaModel& model, Device& device, Communicator& dp
   // ---- pinned staging pools (budget offload.pinned_mem_limit) ----
   const uint64_t chunk_bytes = place_.chunk_bytes(shard, kShardAlignElems);
   const bool chunk_io = place_.chunk_io();
-  const uint64_t chunk_need = chunk_io ? 3 * 4 * chunk_bytes : 0;
+  const int chunk_buffers = place_.chunk_buffers();
+  const uint64_t chunk_need = chunk_io ? uint64_t(chunk_buffers) * chunk_bytes : 0;
   const uint64_t pinned_min = chunk_need + (nvme_params ? shard * esz : 0);
   if (opt_.pinned_mem_limit && opt_.pinned_mem_limit < pinned_min)
     fail("zero::init",
          str("offload.pinned_mem_limit = ", format_bytes(opt_.pinned_mem_limit),
              " is too small: NVMe staging needs at least ", format_bytes(pinned_min), " (",
-             chunk_io ? str("12 optimizer chunks of ", format_bytes(chunk_bytes)) : std::string(),
+             chunk_io ? str(chunk_buffers, " optimizer chunks of ", format_bytes(chunk_bytes)) : std::string(),
              nvme_params ? str(" + one parameter shard of ", format_bytes(shard * esz)) : std::string(), ")"),
          "raise offload.pinned_mem_limit (0 sizes it as needed) or lower offload.optimizer_chunk");
   if (chunk_io)
-    chunk_pool_ = std::make_unique<PinnedPool>(device, chunk_need, chunk_bytes, 12, "optimizer chunk",
+    chunk_pool_ = std::make_unique<PinnedPool>(device, chunk_need, chunk_bytes, chunk_buffers, "optimizer chunk",
                                                opt_.timeout_s);
   if (nvme_params) {
     uint64_t budget = 0;
@@ -223,17 +250,17 @@ ZeroEngine::Impl::Impl(const LlamaModel& model, Device& device, Communicator& dp
   std::vector<char> zeros;
   for (int u = 0; u < model.num_units(); ++u) {
     Unit& s = units_[size_t(u)];
-    const size_t n = model.unit(u).layout.shard_numel();
     for (Shard* sh : {&s.m, &s.v, &s.grad}) {
       if (sh->tier == Tier::device) compute.fill_zero(sh->mem.data(), sh->bytes);
       else if (sh->tier == Tier::host) std::memset(sh->mem.data(), 0, sh->bytes);
       else {
-        zeros.assign(std::min<size_t>(n * 4, chunk_bytes), 0);
+        const size_t bytes = sh->bytes;  // n elements of m or v (f32 or bf16; zero bits are 0.0)
+        zeros.assign(std::min<size_t>(bytes, chunk_bytes), 0);
         Buffer z = device.alloc_host(zeros.size(), true, "zero staging");
         std::memset(z.data(), 0, z.bytes());
         std::vector<IoRequest> reqs;
-        for (size_t off = 0; off < n * 4; off += z.bytes())
-          reqs.push_back(swap_->request(IoOp::write, sh->key, z.data(), std::min<size_t>(z.bytes(), n * 4 - off), off));
+        for (size_t off = 0; off < bytes; off += z.bytes())
+          reqs.push_back(swap_->request(IoOp::write, sh->key, z.data(), std::min<size_t>(z.bytes(), bytes - off), off));
         swapper_->wait(swapper_->submit(std::move(reqs)));
       }
     }

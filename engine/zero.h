@@ -2,14 +2,16 @@
 // states exist only as this rank's shard, each kind on its tier; full parameters are gathered
 // just in time.
 //
-// Per unit u, this rank holds shards of FlatLayout::shard_numel() elements: master, m, v (f32,
-// on offload.optimizer's tier: device, host or nvme), grad (f32, accumulated over micro-batches;
+// Per unit u, this rank holds shards of FlatLayout::shard_numel() elements: master (f32), m, v
+// (f32, or bf16 under train.optimizer_state_dtype = bf16; on offload.optimizer's tier: device,
+// host or nvme), grad (f32, accumulated over micro-batches;
 // on the device, or in host memory when offload.grads = host or the optimizer is off the
 // device), and the compute copy of the parameters (f32, or bf16 under train.precision = bf16; on
 // offload.params' tier; in f32 on the optimizer's tier it is the master itself).
 // Gathered full parameters live in a fixed pool of device slots (prefetch + 1, plus one for the
-// tied embedding), so the gathered working set is bounded by construction; gradient slots
-// likewise. All-gathers run on the communication stream and reduce-scatters on a reduction
+// tied embedding), sized per unit kind (a large embedding or head gets slots of its own, the
+// blocks share slots sized for a block), so the gathered working set is bounded by construction
+// and never larger than prefetch + 1 slots of the largest unit; gradient slots likewise. All-gathers run on the communication stream and reduce-scatters on a reduction
 // stream of their own (over a duplicate communicator, as FSDP does), each ordered against the
 // compute stream by events — never by host synchronization. NVMe reads and writes run on the swapper's
 // thread through staging buffers of a fixed pinned pool; NVMe reads of compute copies run
@@ -70,6 +72,11 @@ struct ZeroOptions {
 
 // The engine's options from a config (offload, zero, io sections and train.precision).
 ZeroOptions zero_options(const Config& config);
+
+// The gathered-parameter and full-gradient slots of `model` under `placement`, sized per unit
+// kind (Placement::slot_classes); the engine allocates these and the plan counts them.
+std::vector<SlotClass> param_slot_classes(const LlamaModel& model, const Placement& placement);
+std::vector<SlotClass> grad_slot_classes(const LlamaModel& model, const Placement& placement);
 
 // What this rank holds, by the engine's own accounting.
 struct ZeroMemory {
@@ -149,6 +156,8 @@ class ZeroEngine {
   CheckpointSource& checkpoint_source();
   // Fills this rank's master, m and v from a checkpoint written by any mesh (global tensor
   // ranges) and refreshes the compute copy; tensors must match the model's names and shapes.
+  // m and v take this run's dtype: bf16 ones into f32 states widen exactly, f32 ones into bf16
+  // states round to nearest even.
   void load_checkpoint(const std::string& step_dir, const CheckpointManifest& manifest);
 
   // ---- accounting (engine/zero.cpp) ----

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "core/size.h"
 #include "engine/checkpoint.h"
 #include "engine/zero_state.h"
@@ -25,8 +26,8 @@ ZeroEngine::Impl::Shard& ZeroEngine::Impl::Source::state(const CheckpointBlock& 
 
 const void* ZeroEngine::Impl::Source::block_memory(const CheckpointBlock& b) {
   Shard& sh = state(b);
-  STRATA_CHECK(b.shard_numel * 4 == sh.bytes, "zero::checkpoint", "block of ", b.shard_numel,
-               " elements for a shard of ", sh.bytes, " bytes");
+  STRATA_CHECK(b.bytes() == sh.bytes, "zero::checkpoint", "block of ", b.shard_numel, " elements of ",
+               b.elem_bytes, " bytes for a shard of ", sh.bytes, " bytes");
   if (sh.tier == Tier::nvme) return nullptr;
   if (sh.tier == Tier::device && !e_.device_.host_addressable())
     return snapshots_.at(size_t(b.unit) * kCheckpointStates + size_t(b.state)).data();
@@ -98,6 +99,15 @@ void ZeroEngine::Impl::load_checkpoint(const std::string& step_dir,
   compute_.synchronize();
   comm_.synchronize();
   reduce_.synchronize();
+  // m and v are read as f32 whatever the checkpoint stores (bf16 widens exactly) and stored in
+  // this run's dtype: bf16 states round them to nearest even — the identity on bf16 values, so a
+  // bf16 checkpoint resumes bit-exactly; f32 states take them as they are.
+  const bool bf16_states = place_.state == DType::bf16;
+  std::vector<uint16_t> rounded;
+  if (manifest.optimizer_state_dtype != place_.state && dp_.rank() == 0)
+    log_info("checkpoint", "the checkpoint stores AdamW m and v in ", dtype_name(manifest.optimizer_state_dtype),
+             "; this run keeps them in ", dtype_name(place_.state), " (train.optimizer_state_dtype): ",
+             bf16_states ? "rounded to nearest even on load" : "widened exactly on load");
   const int rank = dp_.rank();
   // Chunks of 1M elements: a multiple of 2048, so every chunk of an NVMe shard (f32 or bf16)
   // starts and ends on a 4 KiB boundary.
@@ -125,8 +135,15 @@ void ZeroEngine::Impl::load_checkpoint(const std::string& step_dir,
               reader.read(v.name, k, r.start + i * r.row_stride, r.count, dst + i * r.count);
           }
         }
-        if (k == 0) write_master_values(s, lo, cnt, values.data());
-        else write_shard(*states[k], 4, lo, cnt, values.data());
+        if (k == 0) {
+          write_master_values(s, lo, cnt, values.data());
+        } else if (bf16_states) {
+          rounded.resize(cnt);
+          convert_f32_to_bf16(values.data(), rounded.data(), cnt);
+          write_shard(*states[k], 2, lo, cnt, rounded.data());
+        } else {
+          write_shard(*states[k], 4, lo, cnt, values.data());
+        }
       }
     }
   }

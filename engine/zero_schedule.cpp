@@ -19,18 +19,27 @@
 
 namespace strata {
 
-ZeroEngine::Impl::Slot& ZeroEngine::Impl::take_slot(std::vector<Slot>& pool, int u,
+ZeroEngine::Impl::Slot& ZeroEngine::Impl::take_slot(std::vector<Slot>& pool, int limit, int u,
                                                     const char* what) {
-  for (auto& sl : pool) {
-    if (sl.owner < 0) {
-      sl.owner = u;
-      return sl;
+  const unsigned kind = 1u << static_cast<unsigned>(model_.unit(u).kind);
+  const size_t need = model_.unit(u).layout.padded_numel();
+  int owned = 0;
+  for (const auto& sl : pool) owned += sl.owner >= 0;
+  if (owned < limit)
+    for (auto& sl : pool) {
+      if (sl.owner < 0 && (sl.kinds & kind)) {
+        STRATA_CHECK(sl.numel >= need, "zero::schedule", "a ", what, " slot of ", sl.numel,
+                     " elements for unit ", model_.unit(u).name, " of ", need);
+        sl.owner = u;
+        return sl;
+      }
     }
-  }
   std::string owners;
   for (size_t i = 0; i < pool.size(); ++i)
-    owners += str(i ? ", " : "", "slot ", i, ": ", model_.unit(pool[i].owner).name);
-  protocol_violation(u, str("no free ", what, " slot (", pool.size(), " slots, all owned: ", owners, ")"));
+    owners += str(i ? ", " : "", "slot ", i, ": ",
+                  pool[i].owner < 0 ? std::string("free (another kind)") : model_.unit(pool[i].owner).name);
+  protocol_violation(u, str("no free ", what, " slot for its kind (", owned, " of at most ", limit,
+                            " owned; ", owners, ")"));
 }
 
 void ZeroEngine::Impl::protocol_violation(int u, const std::string& what) const {
@@ -85,7 +94,7 @@ void ZeroEngine::Impl::prefetch(int u) {
     if (s.gather != GatherState::fetching || s.fetch_ticket == 0 || !s.fetch_lease)
       protocol_violation(u, "gather of an NVMe compute copy without a read in flight");
   }
-  Slot& sl = take_slot(param_slots_, u, "parameter");
+  Slot& sl = take_slot(param_slots_, param_slot_limit_, u, "parameter");
   s.slot = int(&sl - param_slots_.data());
   watchdog_set_unit(model_.unit(u).name);  // the context the gather is reported with
   const FlatLayout& L = model_.unit(u).layout;
@@ -167,7 +176,7 @@ float* ZeroEngine::Impl::acquire_grad(int u) {
   Unit& s = units_[size_t(checked_unit(u, "acquire_grad"))];
   if (aliased_grads()) return s.grad.ptr<float>();  // one rank: accumulate into the shard itself
   if (s.grad_slot >= 0) return grad_slots_[size_t(s.grad_slot)].full.as<float>();
-  Slot& sl = take_slot(grad_slots_, u, "gradient");
+  Slot& sl = take_slot(grad_slots_, grad_slot_limit_, u, "gradient");
   s.grad_slot = int(&sl - grad_slots_.data());
   compute_.wait(*sl.free);  // the previous reduction out of this slot has completed
   compute_.fill_zero(sl.full.data(), model_.unit(u).layout.padded_numel() * 4);

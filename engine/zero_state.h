@@ -56,7 +56,7 @@ struct ZeroEngine::Impl {
   };
 
   struct Unit {
-    Shard master, m, v;  // f32, the optimizer's tier
+    Shard master, m, v;  // master f32, m and v f32 or bf16 (place_.state); the optimizer's tier
     Shard grad;          // f32, the grads tier, accumulated over micro-batches
     Shard param;         // compute copy (f32 or bf16), the params tier; empty when it is the master
     GatherState gather = GatherState::idle;
@@ -67,15 +67,18 @@ struct ZeroEngine::Impl {
   };
 
   struct Slot {
-    Buffer full;     // (padded_numel) f32: gathered parameters or a full gradient
-    Buffer full16;   // (padded_numel) bf16: gathered compute copy before the cast (bf16 only)
-    Buffer shard;    // (shard) staging of an off-device compute copy before the gather (dp > 1)
+    Buffer full;     // (numel) f32: gathered parameters or a full gradient
+    Buffer full16;   // (numel) bf16: gathered compute copy before the cast (bf16 only)
+    Buffer shard;    // (numel / dp) staging of an off-device compute copy before the gather (dp > 1)
+    uint64_t numel = 0;  // the largest padded unit it holds (its class's)
+    unsigned kinds = 0;  // the unit kinds it serves (bit k: UnitKind k; offload/placement.h)
     std::unique_ptr<Event> ready;  // the gather (or the backward) into `full` has completed
     std::unique_ptr<Event> free;   // the last reader of `full` has completed
     int owner = -1;  // unit held, -1 when free
   };
 
-  // One chunk of the optimizer pipeline: staging for master, m, v and the compute copy.
+  // One chunk of the optimizer pipeline: staging for master, m, v and the compute copy (bf16 m and
+  // v share buf[1]; buf[2] is then unused).
   struct ChunkSet {
     PinnedPool::Lease buf[4];
     uint64_t read = 0, write = 0;  // swapper tickets, 0 when none
@@ -109,7 +112,9 @@ struct ZeroEngine::Impl {
   void release(int u);
   float* acquire_grad(int u);
   void reduce_grad(int u);
-  Slot& take_slot(std::vector<Slot>& pool, int u, const char* what);
+  // A free slot of unit u's kind; an Error when none is free or `limit` slots of the pool are
+  // owned already (param_slots / grad_slots: the bound the schedule keeps, whatever the classes).
+  Slot& take_slot(std::vector<Slot>& pool, int limit, int u, const char* what);
   // A break of the gather protocol: an Error naming the unit, its state and slots (never a wait).
   [[noreturn]] void protocol_violation(int u, const std::string& what) const;
   int checked_unit(int u, const char* op) const;  // u, or an Error when no such unit
@@ -150,8 +155,10 @@ struct ZeroEngine::Impl {
   const Placement& place_ = opt_.placement;
   Tier grads_tier_;
   std::vector<Unit> units_;
-  std::vector<Slot> param_slots_;
-  std::vector<Slot> grad_slots_;
+  std::vector<Slot> param_slots_;  // by class (param_slot_classes)
+  std::vector<Slot> grad_slots_;   // by class (grad_slot_classes)
+  int param_slot_limit_ = 0;       // units held at once: Placement::param_slots
+  int grad_slot_limit_ = 0;        // Placement::grad_slots
   Buffer reduce_tmp_;     // one shard of f32 for reduce-scatter results (device)
   Buffer grad_stage_;     // one shard of f32 in pinned host memory (non host-addressable devices)
   Buffer param_stage_;    // one compute-copy shard in pinned host memory (the same)

@@ -38,6 +38,18 @@ void for_each_segment(const FlatLayout& L, size_t begin, size_t end, Fn fn) {
   }
 }
 
+// Points t's moments at element o of m and v, in the states' dtype (f32, or bf16: the kernel
+// widens them exactly, runs the f32 update and rounds the new moments to nearest even).
+void set_moments(AdamWTensors& t, void* m, void* v, size_t o, bool bf16_states) {
+  if (bf16_states) {
+    t.m_bf16 = static_cast<uint16_t*>(m) + o;
+    t.v_bf16 = static_cast<uint16_t*>(v) + o;
+  } else {
+    t.m = static_cast<float*>(m) + o;
+    t.v = static_cast<float*>(v) + o;
+  }
+}
+
 }  // namespace
 
 double ZeroEngine::Impl::grad_norm() {
@@ -108,6 +120,7 @@ void ZeroEngine::Impl::step_unit_on_device(int u, const AdamWHyper& hyper, int64
   const FlatLayout& L = model_.unit(u).layout;
   const size_t n = L.shard_numel(), base = size_t(dp_.rank()) * n;
   const bool bf16 = place_.compute == DType::bf16;
+  const bool bf16_states = place_.state == DType::bf16;
   for_each_segment(L, base, base + n, [&](size_t lo, size_t hi, bool is_norm) {
     AdamWHyper h = hyper;
     if (is_norm && !decay_norms) h.weight_decay = 0.0f;
@@ -115,8 +128,7 @@ void ZeroEngine::Impl::step_unit_on_device(int u, const AdamWHyper& hyper, int64
     AdamWTensors t;
     t.param = s.master.ptr<float>() + o;
     t.grad = s.grad.ptr<float>() + o;
-    t.m = s.m.ptr<float>() + o;
-    t.v = s.v.ptr<float>() + o;
+    set_moments(t, s.m.mem.data(), s.v.mem.data(), o, bf16_states);
     t.param_bf16 = bf16 ? s.param.ptr<uint16_t>() + o : nullptr;
     t.n = hi - lo;
     adamw_update_on_stream(compute_, h, step, grad_scale, t, adam_isa_);
@@ -125,7 +137,10 @@ void ZeroEngine::Impl::step_unit_on_device(int u, const AdamWHyper& hyper, int64
 
 // States the host can address (any tier on the CPU device; host or NVMe otherwise): the CPU
 // AdamW over chunks of offload.optimizer_chunk bytes. NVMe-resident arrays stream through three
-// staging sets — chunk k+1 is read while k is updated and k−1 is written.
+// staging sets — chunk k+1 is read while k is updated and k−1 is written. A chunk is `chunk`
+// elements: master in buf[0] (f32), m and v in buf[1] and buf[2] (f32), or both in buf[1] (bf16:
+// m in its first half, v in its second, each half a multiple of 4 KiB), the refreshed compute
+// copy in buf[3].
 void ZeroEngine::Impl::step_unit_chunked(int u, const AdamWHyper& hyper, int64_t step,
                                          float grad_scale, bool decay_norms) {
   Unit& s = units_[size_t(u)];
@@ -133,6 +148,9 @@ void ZeroEngine::Impl::step_unit_chunked(int u, const AdamWHyper& hyper, int64_t
   const size_t n = L.shard_numel(), base = size_t(dp_.rank()) * n;
   const bool bf16 = place_.compute == DType::bf16;
   const size_t esz = param_elem_bytes();
+  const bool bf16_states = place_.state == DType::bf16;
+  const size_t ssz = place_.state_elem_bytes();
+  const size_t state_bytes[3] = {4, ssz, ssz};  // per element of master, m, v
   const bool separate_param = !param_is_master();
   const size_t chunk = chunk_pool_ ? chunk_pool_->buffer_bytes() / 4 : n;  // elements
   const size_t nchunks = (n + chunk - 1) / chunk;
@@ -167,7 +185,12 @@ void ZeroEngine::Impl::step_unit_chunked(int u, const AdamWHyper& hyper, int64_t
       set.write = 0;
     }
     for (int i = 0; i < 4; ++i)
-      if (!set.buf[i]) set.buf[i] = chunk_pool_->acquire();
+      if (!set.buf[i] && !(bf16_states && i == 2)) set.buf[i] = chunk_pool_->acquire();
+  };
+  // Where state i of a chunk is staged (NVMe): its own buffer, or v in the second half of m's.
+  auto staged = [&](ChunkSet& set, int i) -> char* {
+    if (bf16_states && i == 2) return static_cast<char*>(set.buf[1].data) + chunk * ssz;
+    return static_cast<char*>(set.buf[i].data);
   };
   auto issue_read = [&](size_t k, ChunkSet& set) {
     if (!opt_nvme) return;
@@ -175,7 +198,8 @@ void ZeroEngine::Impl::step_unit_chunked(int u, const AdamWHyper& hyper, int64_t
     const size_t lo = k * chunk, cnt = std::min(chunk, n - lo);
     std::vector<IoRequest> reqs;
     for (int i = 0; i < 3; ++i)
-      reqs.push_back(swap_->request(IoOp::read, states[i]->key, set.buf[i].data, cnt * 4, lo * 4));
+      reqs.push_back(swap_->request(IoOp::read, states[i]->key, staged(set, i), cnt * state_bytes[i],
+                                    lo * state_bytes[i]));
     set.read = swapper_->submit(std::move(reqs));
   };
 
@@ -190,9 +214,10 @@ void ZeroEngine::Impl::step_unit_chunked(int u, const AdamWHyper& hyper, int64_t
       acquire_set(set);
     }
     const size_t lo = k * chunk, cnt = std::min(chunk, n - lo);
-    float* ptr[3];
+    char* ptr[3];  // element lo of master, m, v (staged or in memory)
     for (int i = 0; i < 3; ++i)
-      ptr[i] = opt_nvme ? static_cast<float*>(set.buf[i].data) : states[i]->ptr<float>() + lo;
+      ptr[i] = opt_nvme ? staged(set, i) : states[i]->ptr<char>() + lo * state_bytes[i];
+    float* master = reinterpret_cast<float*>(ptr[0]);
     void* param_out = nullptr;  // where the refreshed compute copy of this chunk goes
     const bool param_staged = separate_param && !param_nvme && param_stage_;  // device, unaddressable
     if (separate_param)
@@ -205,16 +230,15 @@ void ZeroEngine::Impl::step_unit_chunked(int u, const AdamWHyper& hyper, int64_t
       if (is_norm && !decay_norms) h.weight_decay = 0.0f;
       const size_t o = a - base - lo;
       AdamWTensors t;
-      t.param = ptr[0] + o;
+      t.param = master + o;
       t.grad = g + o;
-      t.m = ptr[1] + o;
-      t.v = ptr[2] + o;
+      set_moments(t, ptr[1], ptr[2], o, bf16_states);
       t.param_bf16 = (separate_param && bf16) ? static_cast<uint16_t*>(param_out) + o : nullptr;
       t.n = b - a;
       if (adam_isa_) adamw_update_isa(*adam_isa_, h, step, grad_scale, t);
       else adamw_update(h, step, grad_scale, t);
     });
-    if (separate_param && !bf16) std::memcpy(param_out, ptr[0], cnt * 4);
+    if (separate_param && !bf16) std::memcpy(param_out, master, cnt * 4);
     if (param_staged) {
       compute_.copy(s.param.ptr<char>() + lo * esz, param_stage_.data(), cnt * esz);
       compute_.synchronize();  // the staging buffer is refilled by the next chunk
@@ -224,7 +248,8 @@ void ZeroEngine::Impl::step_unit_chunked(int u, const AdamWHyper& hyper, int64_t
       std::vector<IoRequest> reqs;
       if (opt_nvme)
         for (int i = 0; i < 3; ++i)
-          reqs.push_back(swap_->request(IoOp::write, states[i]->key, set.buf[i].data, cnt * 4, lo * 4));
+          reqs.push_back(swap_->request(IoOp::write, states[i]->key, staged(set, i), cnt * state_bytes[i],
+                                        lo * state_bytes[i]));
       if (param_nvme)
         reqs.push_back(swap_->request(IoOp::write, s.param.key, set.buf[3].data, cnt * esz, lo * esz));
       set.write = swapper_->submit(std::move(reqs));

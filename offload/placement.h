@@ -8,8 +8,10 @@
 // as arguments, so offload/ stays below engine/.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "core/dtype.h"
 
@@ -17,12 +19,25 @@ namespace strata {
 
 enum class Tier { device, host, nvme };
 
+// The kinds of unit a slot may serve, by index: 0 the embedding, 1 a decoder block, 2 the head
+// (engine/model.h's UnitKind, in that order).
+inline constexpr int kUnitKinds = 3;
+
+// One class of gathered slots: `slots` device buffers of `numel` elements each, serving the unit
+// kinds whose bit is set in `kinds` (bit k: kind k). A unit takes a free slot of its kind's class.
+struct SlotClass {
+  uint64_t numel = 0;
+  int slots = 0;
+  unsigned kinds = 0;
+};
+
 struct Placement {
   // Where each kind of state lives (offload.params, offload.grads, offload.optimizer).
   Tier params = Tier::device;     // the compute copy of the parameters
   Tier grads = Tier::device;      // f32 gradient shards, as configured (grads_tier() is in effect)
   Tier optimizer = Tier::device;  // f32 master weights, AdamW m and v
   DType compute = DType::f32;     // the compute copy: f32 or bf16 (train.precision)
+  DType state = DType::f32;       // AdamW m and v: f32 or bf16 (train.optimizer_state_dtype)
   // What the slot counts and the aliasing depend on.
   int prefetch = 1;                    // units gathered ahead (zero.prefetch)
   bool keep_embedding = false;         // unit 0 stays gathered through the step (tied embeddings)
@@ -33,6 +48,11 @@ struct Placement {
   // The grads tier in effect: optimizer states off the device pull gradients to host memory.
   Tier grads_tier() const;
   size_t param_elem_bytes() const { return dtype_bytes(compute); }
+  size_t state_elem_bytes() const { return dtype_bytes(state); }  // one element of m (or v)
+  // Bytes per parameter of master, m and v: 12 with f32 m and v, 8 with bf16. An optimizer step
+  // reads them and the f32 gradient and writes them back — 28 bytes per parameter, 20 with bf16
+  // m and v; with the states on NVMe it reads and writes optimizer_state_bytes() each way.
+  size_t optimizer_state_bytes() const { return 4 + 2 * state_elem_bytes(); }
   // The compute copy is the master shard itself (f32, on the optimizer's tier).
   bool param_is_master() const;
   // No parameter slots at all: acquire() hands out the device shard (one rank, f32 on device).
@@ -49,9 +69,28 @@ struct Placement {
   // Full-gradient slots: two (one in backward, one being reduced), a third when prefetching so a
   // reduce-scatter finishing late does not stall the backward, one more for a tied embedding.
   int grad_slots() const;
+  // Slots sized per unit kind, for a schedule that holds at most `window` consecutive units of
+  // the model's order at once (forward: a unit and the ones gathered ahead of it; backward the
+  // same, reversed), plus unit 0 throughout when `keep_first` (a tied embedding). unit_kinds[u]
+  // and unit_numel[u]: unit u's kind and padded size. The kinds are split into classes (every
+  // partition of them is tried): a class's slots are sized for its largest unit, and there are
+  // as many as the most units of the class any such schedule holds at once. The partition with
+  // the fewest elements wins (ties: fewer classes), so it never has more than one class of
+  // window + keep_first slots of the largest unit — the old pool. With a large vocabulary the
+  // embedding and the head share one slot (never held together unless a window spans the
+  // model) and the blocks get slots of their own size.
+  static std::vector<SlotClass> slot_classes(const std::vector<int>& unit_kinds,
+                                             const std::vector<uint64_t>& unit_numel, int window,
+                                             bool keep_first);
+  static uint64_t slot_numel(const std::vector<SlotClass>& classes);  // Σ slots × numel
   // Optimizer pipeline chunk in bytes per array: optimizer_chunk rounded down to whole
   // `align_elems` f32 elements (shards are multiples of it), at least one, at most a shard.
   uint64_t chunk_bytes(uint64_t max_shard_elems, uint64_t align_elems) const;
+  // Staging buffers (of chunk_bytes each) per set of the optimizer pipeline: master, m and v,
+  // and the refreshed compute copy — 4; with bf16 m and v the two share one buffer (each is
+  // half a chunk), 3. The pipeline holds three sets.
+  int chunk_buffers_per_set() const { return state == DType::bf16 ? 3 : 4; }
+  int chunk_buffers() const { return 3 * chunk_buffers_per_set(); }
 };
 
 }  // namespace strata

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -169,25 +170,35 @@ std::vector<std::vector<float>> loaded_weights(const Config& c, Communicator& co
 // initial value for seed 100 + s (a function of the tensor and the global index only, so any
 // layout knows what it must read back). Returns the manifest read back through from_json,
 // which checks that the pieces cover every element of every tensor exactly once.
-CheckpointManifest write_synthetic_checkpoint(const std::string& dir, const ModelConfig& model, int dp, int tp) {
+// With states = bf16, m and v are stored as bf16 (those values rounded to nearest even).
+CheckpointManifest write_synthetic_checkpoint(const std::string& dir, const ModelConfig& model, int dp, int tp,
+                                              DType states = DType::f32) {
   CheckpointManifest m;
   m.strata_version = "test";
   m.precision = "fp32";
+  m.optimizer_state_dtype = states;
   m.world = dp * tp;
   m.dp = dp;
   m.tp = tp;
   m.config = nlohmann::json::object();
   m.tensors = checkpoint_tensors(LlamaModel(model, dp, tp, 0));
-  m.pieces = checkpoint_pieces(model, dp, tp);
+  m.pieces = checkpoint_pieces(model, dp, tp, states);
   for (int w = 0; w < dp * tp; ++w) {
     const int d = w / tp, t = w % tp;
     const LlamaModel part(model, dp, tp, t);
     const std::string name = checkpoint_rank_file(w), path = dir + "/" + name;
-    std::vector<float> data(checkpoint_file_bytes(part, d) / 4);
-    for (const auto& b : checkpoint_blocks(part, d))
-      part.init_values(b.unit, 100 + uint64_t(b.state), b.shard_begin, b.shard_numel, data.data() + b.file_offset / 4);
-    std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(data.data()), std::streamsize(data.size() * 4));
-    m.files.push_back(CheckpointFile{name, data.size() * 4, checkpoint_file_hash(path)});
+    std::vector<char> data(checkpoint_file_bytes(part, d, states));
+    std::vector<float> values;
+    for (const auto& b : checkpoint_blocks(part, d, states)) {
+      values.resize(b.shard_numel);
+      part.init_values(b.unit, 100 + uint64_t(b.state), b.shard_begin, b.shard_numel, values.data());
+      if (b.elem_bytes == 4)
+        std::memcpy(data.data() + b.file_offset, values.data(), b.bytes());
+      else
+        convert_f32_to_bf16(values.data(), reinterpret_cast<uint16_t*>(data.data() + b.file_offset), b.shard_numel);
+    }
+    std::ofstream(path, std::ios::binary).write(data.data(), std::streamsize(data.size()));
+    m.files.push_back(CheckpointFile{name, data.size(), checkpoint_file_hash(path)});
   }
   return CheckpointManifest::from_json(m.to_json(), dir + "/manifest.json");
 }
@@ -272,7 +283,7 @@ TEST(CheckpointFormat, TwoDimensionalPiecesRoundTripAndBadOnesAreRefused) {
     b["mesh"] = {{"world", 1}, {"dp", 1}, {"tp", 1}, {"pp", 1}};
   }, {"2-D piece", "format version 1"});
   refused("version 1 with tp", [&](auto& b) { b["version"] = 1; }, {"format version 1 with tp 2"});
-  refused("a newer version", [&](auto& b) { b["version"] = 3; }, {"format version 3", "versions 1 to 2"});
+  refused("a newer version", [&](auto& b) { b["version"] = 4; }, {"format version 4", "versions 1 to 3"});
   refused("a bad mesh", [&](auto& b) { b["mesh"]["world"] = 3; }, {"mesh world 3 is not dp 1 x tp 2 x pp 1"});
 }
 
@@ -345,6 +356,115 @@ TEST_P(ResumePlacements, EveryPlacementResumesBitExact) {
 
 INSTANTIATE_TEST_SUITE_P(Checkpoint, ResumePlacements, testing::Values(Precision::fp32, Precision::bf16),
                          [](const auto& info) { return info.param == Precision::bf16 ? "bf16" : "f32"; });
+
+// bf16 m and v (train.optimizer_state_dtype = bf16) are stored as the engine holds them: 2 bytes
+// an element, version 3 with "state_dtypes"; read back widened (exact), on any layout.
+TEST(CheckpointFormat, Bf16StatesAreStoredAsBf16AndReadBackExactly) {
+  if (world().size() > 1) GTEST_SKIP() << "runs in one process";
+  Config c = tp_base();
+  c.model.vocab_size = 259;
+  const LlamaModel whole(c.model);
+  for (auto [dp, tp] : {std::pair{1, 1}, {2, 2}, {1, 4}}) {
+    SCOPED_TRACE(str("dp ", dp, " x tp ", tp));
+    const std::string dir = shared_dir(str("synthetic_bf16_dp", dp, "tp", tp), world());
+    const CheckpointManifest m = write_synthetic_checkpoint(dir, c.model, dp, tp, DType::bf16);
+    EXPECT_EQ(m.version, 3);
+    EXPECT_EQ(m.optimizer_state_dtype, DType::bf16);
+    uint64_t bytes = 0, f32_bytes = 0;
+    for (int t = 0; t < tp; ++t)
+      for (int d = 0; d < dp; ++d) {
+        const LlamaModel part(c.model, dp, tp, t);
+        bytes += checkpoint_file_bytes(part, d, DType::bf16);
+        f32_bytes += checkpoint_file_bytes(part, d);
+      }
+    EXPECT_EQ(bytes * 12, f32_bytes * 8) << "4 + 2 + 2 bytes an element instead of 12";
+    CheckpointReader reader(dir, m);
+    for (int u = 0; u < whole.num_units(); ++u)
+      for (const auto& v : whole.unit(u).layout.views())
+        for (int s = 0; s < kCheckpointStates; ++s) {
+          std::vector<float> want(v.numel), got(v.numel, NAN);
+          whole.init_values(u, 100 + uint64_t(s), v.offset, v.numel, want.data());
+          if (s > 0)
+            for (float& x : want) x = bf16_bits_to_f32(f32_to_bf16_bits(x));
+          reader.read(v.name, s, 0, v.numel, got.data());
+          ASSERT_EQ(got, want) << v.name << " state " << s;
+        }
+  }
+  // An f32 save is still version 2 (older builds read it), without "state_dtypes".
+  const std::string dir = shared_dir("synthetic_f32_version", world());
+  const CheckpointManifest f = write_synthetic_checkpoint(dir, c.model, 1, 1);
+  EXPECT_EQ(f.version, 2);
+  EXPECT_FALSE(f.to_json().contains("state_dtypes"));
+  // Bad "state_dtypes" are refused.
+  const std::string bdir = shared_dir("synthetic_bf16_bad", world());
+  const nlohmann::json good = write_synthetic_checkpoint(bdir, c.model, 1, 1, DType::bf16).to_json();
+  auto refused = [&](const char* what, auto edit, const char* needle) {
+    nlohmann::json j = good;
+    edit(j);
+    try {
+      CheckpointManifest::from_json(j, "manifest.json");
+      ADD_FAILURE() << what << ": accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << what << ": " << e.what();
+    }
+  };
+  refused("state_dtypes in version 2", [](auto& j) { j["version"] = 2; }, "introduced in version 3");
+  refused("f16 moments", [](auto& j) { j["state_dtypes"] = {"f32", "f16", "f16"}; }, "state_dtypes");
+  refused("bf16 master", [](auto& j) { j["state_dtypes"] = {"bf16", "bf16", "bf16"}; }, "state_dtypes");
+}
+
+// bf16 m and v resume bit-exact wherever they live (device, host, NVMe; a synchronous and an
+// asynchronous save).
+TEST(Checkpoint, Bf16StatesResumeBitExactOnEveryOptimizerTier) {
+  const std::string nvme = rank_dir("bf16states");
+  for (Precision prec : {Precision::fp32, Precision::bf16})
+    for (Tier optimizer : {Tier::device, Tier::host, Tier::nvme}) {
+      Config c = base(prec);
+      c.train.optimizer_state_dtype = DType::bf16;
+      c.offload.optimizer = optimizer;
+      c.offload.params = optimizer == Tier::nvme && prec == Precision::bf16 ? Tier::nvme : Tier::device;
+      if (optimizer == Tier::nvme) c.offload.nvme_path = {nvme};
+      c.checkpoint.async = optimizer != Tier::host;
+      expect_bit_exact_resume(c, str("bf16states_", precision_name(prec), "_o", int(optimizer)));
+      if (HasFailure()) return;
+    }
+}
+
+// A checkpoint resumes into the other dtype of m and v: bf16 into f32 widens exactly, f32 into
+// bf16 rounds to nearest even. The master is f32 either way, so the first resumed step's loss
+// (computed before that step's update) is the uninterrupted run's bit for bit; the next steps
+// differ only by the moments' rounding (within 1e-3 relative here; measured: at most 6e-6).
+TEST(Checkpoint, ResumesAcrossOptimizerStateDtypes) {
+  for (DType saved : {DType::f32, DType::bf16}) {
+    const DType resumed = saved == DType::f32 ? DType::bf16 : DType::f32;
+    SCOPED_TRACE(str("saved ", dtype_name(saved), ", resumed ", dtype_name(resumed)));
+    Config c = base();
+    c.train.optimizer_state_dtype = saved;
+    const Result straight = run(c, world());
+    const std::string root = shared_dir(str("across_", dtype_name(saved)), world());
+    Config first = c;
+    first.checkpoint.dir = root;
+    first.checkpoint.every = 5;
+    TrainerOptions stop;
+    stop.stop_after = 5;
+    run(first, world(), stop);
+    EXPECT_EQ(read_manifest(resolve_checkpoint(root)).optimizer_state_dtype, saved);
+    Config second = c;
+    second.train.optimizer_state_dtype = resumed;
+    TrainerOptions opt;
+    opt.resume = root;
+    const Result b = run(second, world(), opt);
+    ASSERT_EQ(b.losses.size(), 5u);
+    EXPECT_EQ(b.losses[0], straight.losses[5]) << "the master weights were not loaded exactly";
+    double worst = 0;
+    for (size_t i = 1; i < 5; ++i) {
+      EXPECT_NEAR(b.losses[i], straight.losses[5 + i], 1e-3 * straight.losses[5 + i]) << "step " << 6 + i;
+      worst = std::max(worst, std::abs(b.losses[i] / straight.losses[5 + i] - 1));
+    }
+    std::printf("resumed %s into %s: worst relative loss difference over steps 7-10: %.1e\n",
+                std::string(dtype_name(saved)).c_str(), std::string(dtype_name(resumed)).c_str(), worst);
+  }
+}
 
 TEST(Checkpoint, ManifestListsEveryTensorFileAndChecksum) {
   Config c = base();

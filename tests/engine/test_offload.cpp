@@ -1,5 +1,6 @@
 // Offload never changes a number: for every combination of placements (params device | host |
-// nvme, grads device | host, optimizer device | host | nvme), in f32 and bf16, on one rank (run
+// nvme, grads device | host, optimizer device | host | nvme), in f32 and bf16, with f32 and with
+// bf16 AdamW m and v (train.optimizer_state_dtype), on one rank (run
 // plainly) or on N ranks (under mpirun), the losses and final weights are bit-identical to the
 // all-device run. Also: NVMe over two directories, a pinned budget too small for one unit, a
 // device limit only the offloaded placement fits under, and an I/O error in the middle of a step.
@@ -8,12 +9,14 @@
 
 #include <filesystem>
 #include <cstdio>
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
 
 #include "core/error.h"
 #include "comm/comm_registry.h"
+#include "engine/model.h"
 #include "engine/plan.h"
 #include "engine/test_hooks.h"
 #include "engine/trainer.h"
@@ -73,13 +76,24 @@ const char* name(Tier t) { return t == Tier::device ? "device" : t == Tier::host
 
 }  // namespace
 
-class Placements : public testing::TestWithParam<Precision> {};
+// The compute precision and the dtype of m and v.
+struct Numerics {
+  Precision precision;
+  DType states;
+  std::string name() const {
+    return str(precision == Precision::bf16 ? "bf16" : "f32",
+               states == DType::bf16 ? "_bf16states" : "");
+  }
+};
+
+class Placements : public testing::TestWithParam<Numerics> {};
 
 TEST_P(Placements, EveryPlacementIsBitIdenticalToAllDevice) {
-  const Precision prec = GetParam();
-  Config all = base(prec);
+  const Numerics num = GetParam();
+  Config all = base(num.precision);
+  all.train.optimizer_state_dtype = num.states;
   const Result ref = run(all);
-  const std::string dir = nvme_dir(prec == Precision::bf16 ? "bf16" : "f32");
+  const std::string dir = nvme_dir(num.name());
   int combos = 0;
   for (Tier params : {Tier::device, Tier::host, Tier::nvme})
     for (Tier grads : {Tier::device, Tier::host})
@@ -101,8 +115,11 @@ TEST_P(Placements, EveryPlacementIsBitIdenticalToAllDevice) {
   EXPECT_EQ(combos, 18);
 }
 
-INSTANTIATE_TEST_SUITE_P(Offload, Placements, testing::Values(Precision::fp32, Precision::bf16),
-                         [](const auto& info) { return info.param == Precision::bf16 ? "bf16" : "f32"; });
+INSTANTIATE_TEST_SUITE_P(Offload, Placements,
+                         testing::Values(Numerics{Precision::fp32, DType::f32}, Numerics{Precision::bf16, DType::f32},
+                                         Numerics{Precision::fp32, DType::bf16},
+                                         Numerics{Precision::bf16, DType::bf16}),
+                         [](const auto& info) { return info.param.name(); });
 
 // eval.every: validation between steps reads only the compute copy, on every tier; the training
 // numbers are those of the run without it, and each eval loss is the one a run stopped at that
@@ -221,6 +238,122 @@ TEST(Offload, DeviceLimitOnlyTheOffloadedPlacementFits) {
   EXPECT_THROW(run(all), Error);
   Result r = run(off);  // fits, and the device's own cap held every allocation
   EXPECT_EQ(r.losses.size(), 3u);
+}
+
+// The plan counts what the engine allocates, row by row: device shards, the gathered working set
+// (parameter and gradient slots), host shards, pinned staging pools and NVMe extents — for f32
+// and bf16 m and v, on every optimizer tier, with the compute copy in memory and on NVMe.
+TEST(Offload, PlanCountsWhatTheEngineAllocates) {
+  const std::string dir = nvme_dir("plan");
+  for (Precision prec : {Precision::fp32, Precision::bf16})
+    for (DType states : {DType::f32, DType::bf16})
+      for (Tier optimizer : {Tier::device, Tier::host, Tier::nvme}) {
+        Config c = base(prec);
+        c.train.steps = 1;
+        c.train.optimizer_state_dtype = states;
+        c.offload.optimizer = optimizer;
+        c.offload.params = optimizer == Tier::nvme ? Tier::nvme : Tier::host;
+        c.offload.nvme_path = {dir};
+        const std::string what = str(precision_name(prec), " ", dtype_name(states), " m, v; optimizer ",
+                                     name(optimizer), ", params ", name(c.offload.params));
+        SCOPED_TRACE(what);
+        PlanMachine m;
+        m.device_capacity = 64ull << 30;
+        m.ranks_here = world().size();
+        const MemoryPlan plan = plan_memory(c, world().size(), m);
+        auto rows = [&](const std::string& tier, std::initializer_list<const char*> prefixes) {
+          uint64_t b = 0;
+          for (const auto& r : plan.rows)
+            for (const char* p : prefixes)
+              if (r.tier == tier && r.what.rfind(p, 0) == 0) b += r.bytes;
+          return b;
+        };
+        const char* states_rows[] = {"master weights", "AdamW m and v", "gradients", "compute copy"};
+        uint64_t device_states = 0, host_states = 0;
+        for (const char* p : states_rows) {
+          device_states += rows("device", {p});
+          host_states += rows("host", {p}) + rows("pinned", {p});
+        }
+        TrainerOptions opt;
+        opt.progress = false;
+        Trainer t(c, world(), opt);
+        const ZeroMemory z = t.state_memory();
+        EXPECT_EQ(z.shard_bytes, device_states);
+        EXPECT_EQ(z.gathered_bytes, rows("device", {"gathered parameters", "full gradients"}));
+        EXPECT_EQ(z.host_bytes, host_states);
+        // Each staging pool is one slab rounded up to 2 MiB pages (offload/pinned_pool.h), which
+        // the plan does not count.
+        const uint64_t staging = rows("pinned", {"NVMe"});
+        const uint64_t pools = uint64_t(std::count_if(plan.rows.begin(), plan.rows.end(),
+                                                      [](const PlanRow& r) { return r.what.rfind("NVMe", 0) == 0; }));
+        EXPECT_GE(z.pinned_bytes, staging);
+        EXPECT_LE(z.pinned_bytes, staging + pools * ((2u << 20) - 1));
+        EXPECT_EQ(z.nvme_bytes, plan.tier_bytes("nvme"));
+        // m and v: 8 bytes per shard element in f32, 4 in bf16.
+        uint64_t shard = 0;
+        for (const auto& u : LlamaModel(c.model, world().size()).units()) shard += u.layout.shard_numel();
+        const Tier mv = optimizer == Tier::host ? Tier::host : optimizer;
+        EXPECT_EQ(rows(mv == Tier::device ? "device" : mv == Tier::host ? "host" : "nvme", {"AdamW m and v"}),
+                  shard * (states == DType::bf16 ? 4 : 8));
+      }
+}
+
+// Slots sized per unit kind: with a vocabulary whose embedding and head are several blocks each,
+// the engine's gathered working set is what the plan counts and less than the old pool's
+// (param_slots and grad_slots of the largest unit), tied or not, at every prefetch depth, with
+// units kept from forward to backward or not — and training is bit-identical to the same run
+// with everything on the device.
+TEST(Offload, SlotsPerUnitKindShrinkTheWorkingSetAndChangeNoNumber) {
+  for (bool tied : {false, true})
+    for (int prefetch : {0, 1, 3})
+      for (bool reshard : {true, false}) {
+        Config c = base(Precision::bf16);  // bf16: parameter slots even on one rank
+        c.model.vocab_size = 2048;          // embedding 96K elements, a block 18K
+        c.model.tie_embeddings = tied;
+        c.zero.prefetch = prefetch;
+        c.zero.reshard_after_forward = reshard;
+        c.offload.params = Tier::host;
+        c.offload.grads = Tier::host;
+        const std::string what = str(tied ? "tied" : "untied", ", zero.prefetch ", prefetch,
+                                     reshard ? "" : ", reshard_after_forward = false");
+        SCOPED_TRACE(what);
+        PlanMachine m;
+        m.device_capacity = 64ull << 30;
+        m.ranks_here = world().size();
+        const MemoryPlan plan = plan_memory(c, world().size(), m);
+        uint64_t planned = 0;
+        for (const auto& r : plan.rows)
+          if (r.what.rfind("gathered parameters", 0) == 0 || r.what.rfind("full gradients", 0) == 0)
+            planned += r.bytes;
+        const Placement pl = zero_options(c).placement;
+        const LlamaModel model(c.model, world().size());
+        uint64_t largest = 0;
+        for (const auto& u : model.units()) largest = std::max<uint64_t>(largest, u.layout.padded_numel());
+        const uint64_t dp = uint64_t(world().size());
+        const uint64_t old_pool =
+            uint64_t(pl.param_slots(model.num_units())) * (largest * 6 + (dp > 1 ? largest / dp * 2 : 0)) +
+            (pl.aliased_grads(int(dp)) ? 0 : uint64_t(pl.grad_slots()) * largest * 4);
+        TrainerOptions opt;
+        opt.progress = false;
+        Trainer t(c, world(), opt);
+        const ZeroMemory z = t.state_memory();
+        EXPECT_EQ(z.gathered_bytes, planned);
+        EXPECT_LT(z.gathered_bytes, old_pool);
+        Result r;
+        r.losses = t.train().losses;
+        for (const auto& n : t.parameter_names()) r.weights.push_back(t.parameter(n));
+        Config all = c;
+        all.offload.params = Tier::device;
+        all.offload.grads = Tier::device;
+        all.zero.prefetch = 1;
+        all.zero.reshard_after_forward = true;
+        const Result ref = run(all);
+        EXPECT_EQ(r.losses, ref.losses);
+        EXPECT_TRUE(r.weights == ref.weights) << "final weights differ from the all-device run";
+        if (world().rank() == 0 && prefetch == 1 && reshard)
+          std::printf("[slots] %s: gathered %llu bytes per rank (one pool of the largest unit: %llu)\n",
+                      what.c_str(), (unsigned long long)z.gathered_bytes, (unsigned long long)old_pool);
+      }
 }
 
 TEST(Offload, IoErrorMidStepStopsTheRun) {

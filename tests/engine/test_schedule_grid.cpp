@@ -5,7 +5,8 @@
 // bit-identical to the all-device run with the same grad_accum, rank count and embedding tying
 // (each point's tying alternates with zero.prefetch + offload.prefetch, and a third of the prefetch
 // pairs keep units gathered from forward to backward — zero.reshard_after_forward = false — so
-// every kind of slot pool is walked).
+// every kind of slot pool is walked; the vocabulary is large enough that slots are sized per
+// unit kind).
 //
 // The default suite runs a fixed-seed sample of the grid (plus the points that once hung);
 // STRATA_SCHEDULE_GRID=full (the `slow` CTest entries) runs all of it. Every point runs under a
@@ -86,6 +87,10 @@ Config config_of(const Point& p, const std::string& nvme) {
   c.model.n_kv_heads = 2;
   c.model.ffn_dim = 48;
   c.model.max_seq_len = 16;
+  // A vocabulary of 1024 makes the embedding and the head (32K elements) four times a block
+  // (8K): the slots are sized per unit kind (one shared by embedding and head, the rest for
+  // blocks; two end slots when a window spans the model), so every point walks those classes.
+  c.model.vocab_size = 1024;
   c.model.tie_embeddings = p.tied();
   c.data.seq_len = 8;
   c.data.micro_batch = 2;
