@@ -291,7 +291,8 @@ TEST(Offload, PlanCountsWhatTheEngineAllocates) {
         EXPECT_EQ(z.nvme_bytes, plan.tier_bytes("nvme"));
         // m and v: 8 bytes per shard element in f32, 4 in bf16.
         uint64_t shard = 0;
-        for (const auto& u : LlamaModel(c.model, world().size()).units()) shard += u.layout.shard_numel();
+        const LlamaModel whole(c.model, world().size());  // named: units() refers into it
+        for (const auto& u : whole.units()) shard += u.layout.shard_numel();
         const Tier mv = optimizer == Tier::host ? Tier::host : optimizer;
         EXPECT_EQ(rows(mv == Tier::device ? "device" : mv == Tier::host ? "host" : "nvme", {"AdamW m and v"}),
                   shard * (states == DType::bf16 ? 4 : 8));
