@@ -65,6 +65,9 @@ if(STRATA_SANITIZE)
   endif()
   if("thread" IN_LIST strata_sanitizers)
     list(APPEND STRATA_SANITIZER_ENV
-         "TSAN_OPTIONS=suppressions=${strata_supp}/tsan.supp:halt_on_error=1:second_deadlock_stack=1:print_suppressions=0")
+         # history_size=7 (the most): a write by Open MPI's progress thread into another
+         # thread's receive buffer (tsan.supp) must keep its stack, or its suppression cannot
+         # match it ("failed to restore the stack" was reported as a race in strata's cast).
+         "TSAN_OPTIONS=suppressions=${strata_supp}/tsan.supp:halt_on_error=1:second_deadlock_stack=1:print_suppressions=0:history_size=7")
   endif()
 endif()
