@@ -254,6 +254,11 @@ const std::vector<Key>& keys() {
        between(0, 64)},
       {STRATA_CONFIG_KEY(offload, optimizer_chunk), Kind::size,
        "bytes per chunk of the NVMe optimizer pipeline", between(4096, 4.0 * GiB)},
+      {STRATA_CONFIG_KEY(offload, overlap_optimizer), Kind::boolean,
+       "with offload.optimizer = host or nvme: the CPU AdamW steps units in forward order on a "
+       "thread of its own while the next step's forward runs (a unit's forward waits only for its "
+       "own update) and NVMe state reads start during the last backward; false steps every unit "
+       "before the next forward. Same numbers either way"},
       // [zero]
       {STRATA_CONFIG_KEY(zero, prefetch), Kind::integer,
        "units gathered ahead of the one computing", between(0, 64)},

@@ -107,6 +107,7 @@ struct OffloadConfig {
   std::vector<std::string> nvme_path;  // one directory per NVMe device
   int prefetch = 2;               // NVMe reads ahead, in units
   uint64_t optimizer_chunk = 64ull << 20;  // bytes per chunk of the NVMe optimizer pipeline
+  bool overlap_optimizer = true;  // step off-device states on a thread, overlapping the next forward
 };
 
 struct ZeroConfig {

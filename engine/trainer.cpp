@@ -496,6 +496,7 @@ struct Trainer::Impl {
         pipe_forward(op.micro, load_micro, keep);
       } else {
         --held;
+        if (j + 1 == schedule.size()) zero->prepare_step();  // the last backward: read states ahead
         pipe_backward(op.micro, dloss, !keep || j + 1 == schedule.size());
         if (op.micro + slots < A) post_receives(op.micro + slots);
       }
@@ -552,6 +553,7 @@ struct Trainer::Impl {
       for (int a = 0; a < A; ++a) {
         load_micro(a);
         forward_all(!cfg.zero.reshard_after_forward);
+        if (a + 1 == A) zero->prepare_step();  // the last backward: read states ahead
         backward_all(dloss);
       }
     }
@@ -585,9 +587,10 @@ struct Trainer::Impl {
       writer->wait_reads();
       r.checkpoint_stall_ms += ms_since(tw);
     }
+    // Zeroes the gradients too; with offload.overlap_optimizer it returns at once and the next
+    // step's forward of unit u waits only for unit u's update.
     zero->optimizer_step(h, r.step, clip_coefficient(r.grad_norm, cfg.train.grad_clip),
                          cfg.train.decay_norms);
-    zero->zero_grads();
     compute->synchronize();
     r.optimizer_ms = ms_since(t1);
     ZeroTraffic opt_traffic = zero->take_traffic();  // the optimizer's NVMe reads and writes
@@ -595,6 +598,7 @@ struct Trainer::Impl {
     r.traffic.nvme_write_bytes += opt_traffic.nvme_write_bytes;
     r.traffic.nvme_busy_ms += opt_traffic.nvme_busy_ms;
     r.traffic.nvme_wait_ms += opt_traffic.nvme_wait_ms;
+    r.traffic.update_wait_ms += opt_traffic.update_wait_ms;
     r.traffic.h2d_bytes += opt_traffic.h2d_bytes;
     r.traffic.d2h_bytes += opt_traffic.d2h_bytes;
     r.step_ms = ms_since(t0);
@@ -723,7 +727,8 @@ struct Trainer::Impl {
           {"mfu", r.mfu},
           {"step_ms", r.step_ms},
           {"params", model->num_params()},
-          {"time", {{"compute_ms", r.compute_ms}, {"wait_comm_ms", r.wait_comm_ms}, {"optimizer_ms", r.optimizer_ms}}},
+          {"time", {{"compute_ms", r.compute_ms}, {"wait_comm_ms", r.wait_comm_ms}, {"optimizer_ms", r.optimizer_ms},
+                    {"update_wait_ms", r.traffic.update_wait_ms}}},
           {"comm_bytes", r.comm_bytes},
           {"tp_comm_bytes", r.tp_comm_bytes},
           {"gathers", r.traffic.gathers},
@@ -915,6 +920,7 @@ TrainSummary Trainer::train() {
     m.log_step(r);
     if (m.opt.on_step) m.opt.on_step(r);
   }
+  m.zero->finish_step();  // the last step's overlapped update (its error, if any, is the run's)
   if (m.writer) m.writer->wait();  // every save is committed before the run reports
   s.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   s.tokens_per_s = timed_ms > 0 ? timed_tokens / (timed_ms / 1000.0) : 0;

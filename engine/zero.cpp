@@ -83,6 +83,7 @@ ZeroOptions zero_options(const Config& cfg) {
   zo.io_block_size = cfg.io.block_size;
   zo.io_stripe_size = cfg.io.stripe_size;
   zo.timeout_s = cfg.parallel.timeout;
+  zo.overlap_optimizer = cfg.offload.overlap_optimizer;
   return zo;
 }
 
@@ -199,8 +200,10 @@ ZeroEngine::Impl::Impl(const LlamaModel& model, Device& device, Communicator& dp
   }
   // The CPU AdamW refreshes a device-resident compute copy through pinned staging when the host
   // cannot address device memory.
-  if (!host_ok && place_.optimizer != Tier::device && place_.params == Tier::device && !param_is_master())
+  if (!host_ok && place_.optimizer != Tier::device && place_.params == Tier::device && !param_is_master()) {
     param_stage_ = device.alloc_host(shard * esz, true, "compute copy staging");
+    step_stream_ = device.make_stream("optimizer copy");
+  }
   size_t n_ranges = 0;
   for (int u = 0; u < model.num_units(); ++u) {
     const FlatLayout& L = model.unit(u).layout;
@@ -269,6 +272,12 @@ ZeroEngine::Impl::Impl(const LlamaModel& model, Device& device, Communicator& dp
 }
 
 ZeroEngine::Impl::~Impl() {
+  // An optimizer step in flight first: it uses the swapper, the pools and the streams.
+  try {
+    finish_step();
+  } catch (const std::exception& e) {
+    log_warn("zero", "error of the optimizer step in flight at shutdown: ", e.what());
+  }
   // Nothing the streams or the swapper still do may touch memory freed below: drain every stream
   // (one that fails does not skip the others), then every NVMe job, and stop the swapper before
   // the staging pools it reads and writes are freed (members die in reverse order).
@@ -373,6 +382,8 @@ ZeroMemory ZeroEngine::Impl::memory() const {
 ZeroTraffic ZeroEngine::Impl::take_traffic() {
   ZeroTraffic t = traffic_;
   traffic_ = ZeroTraffic{};
+  t.h2d_bytes += step_h2d_bytes_.exchange(0);
+  t.update_wait_ms = std::exchange(update_wait_ms_, 0.0);
   if (swapper_) {
     SwapperStats s = swapper_->take_stats();
     t.nvme_read_bytes = s.read_bytes;

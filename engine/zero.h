@@ -66,6 +66,9 @@ struct ZeroOptions {
   uint64_t io_block_size = 1ull << 20;
   uint64_t io_stripe_size = 1ull << 20;
   double timeout_s = 600;           // parallel.timeout: bound of every swapper and pool wait
+  // offload.overlap_optimizer: with the optimizer's states off the device, start_step() returns
+  // at once and the next pass overlaps the update (the step's contract below).
+  bool overlap_optimizer = true;
   // Tests only (engine/test_hooks.h: NVMe faults, a forced CPU AdamW path); null in a real run.
   std::shared_ptr<const TestHooks> test_hooks;
 };
@@ -96,7 +99,8 @@ struct ZeroTraffic {
   uint64_t nvme_read_bytes = 0;
   uint64_t nvme_write_bytes = 0;
   double nvme_busy_ms = 0;       // the swapper had I/O in flight
-  double nvme_wait_ms = 0;       // the engine's thread waited for NVMe
+  double nvme_wait_ms = 0;       // the engine's and the optimizer's threads waited for NVMe
+  double update_wait_ms = 0;     // passes waited for an overlapped optimizer step's updates
 };
 
 class ZeroEngine {
@@ -124,14 +128,39 @@ class ZeroEngine {
   float* acquire_grad(int u);            // full f32 gradient buffer of unit u for backward
   void reduce_grad(int u);               // reduce-scatter it into this rank's grad shard (+=)
 
-  // ---- the step (engine/zero_step.cpp; host side, synchronizes the streams first) ----
+  // ---- the step (engine/zero_step.cpp) ----
   // Global L2 norm of the gradient (local sum of squares, all-reduced over the dp and tp
   // groups; a replicated tensor counted once: only its primary copy, flat_param.h).
+  // Synchronizes the streams first.
   double grad_norm();
-  // AdamW on every shard; grad_scale multiplies gradients (clipping coefficient). Norm
-  // weights are not decayed when `decay_norms` is false. Refreshes the compute copy. States on
-  // NVMe are stepped as a pipeline over chunks (read k+1, update k, write k−1).
+  // AdamW on every shard, the refreshed compute copy written to its tier, and every gradient
+  // zeroed; grad_scale multiplies gradients (the clipping coefficient). Norm weights are not
+  // decayed when `decay_norms` is false. States on NVMe are stepped as a pipeline over chunks
+  // (read k+1, update k, write k−1).
+  //
+  // Overlap (ZeroOptions::overlap_optimizer with the optimizer's states in host memory or on
+  // NVMe): the call returns at once and a thread of the engine steps the units in forward order
+  // (unit 0 first), zeroing each unit's gradient after its update. The next pass's prefetch(u),
+  // acquire(u) or begin_pass() reading unit u waits (bounded by parallel.timeout) for unit u's
+  // update only, so the update of unit u+1 runs while unit u computes. Every other call that
+  // reads or writes states (grad_norm, zero_grads, the weights and checkpoint calls below) waits
+  // for the whole step first; finish_step() does so explicitly. The numbers are those of the
+  // serial order: the same operations on the same values, each unit's update complete before
+  // anything reads it. Without overlap the call returns once every unit is stepped.
+  //
+  // prepare_step() (optional, overlap only): the gradients are about to become final — call it
+  // before the last backward pass of the step. The thread starts now and reads unit 0's states
+  // ahead from NVMe while the backward runs; it updates nothing until optimizer_step() gives it
+  // the hyper-parameters (the clipping coefficient needs the norm of every final gradient).
+  //
+  // Example (the trainer's step):
+  //   for micro-batch a: forward; if (a == last) zero.prepare_step(); backward
+  //   double norm = zero.grad_norm();
+  //   zero.optimizer_step(h, step, clip_coefficient(norm, clip), decay_norms);  // returns
+  //   next step: begin_pass(forward) ... acquire(0) waits for unit 0's update, not unit 1's
+  void prepare_step();
   void optimizer_step(const AdamWHyper& hyper, int64_t step, float grad_scale, bool decay_norms);
+  void finish_step();  // waits for a step in flight and rethrows its error; no-op when none
   void zero_grads();
 
   // ---- weights in and out (engine/zero_weights.cpp) ----

@@ -61,6 +61,7 @@ void ZeroEngine::Impl::Source::snapshot() {
 }
 
 CheckpointSource& ZeroEngine::Impl::checkpoint_source() {
+  settle_step();  // the save reads the step's results
   check_quiescent("a checkpoint save");
   compute_.synchronize();
   comm_.synchronize();
@@ -72,6 +73,7 @@ CheckpointSource& ZeroEngine::Impl::checkpoint_source() {
 
 void ZeroEngine::Impl::load_checkpoint(const std::string& step_dir,
                                        const CheckpointManifest& manifest) {
+  finish_step();  // writes states: no optimizer step may be in flight
   // The model's tensors, by name and global shape, are exactly the checkpoint's.
   size_t views = 0;
   CheckpointReader reader(step_dir, manifest);

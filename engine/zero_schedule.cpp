@@ -5,7 +5,8 @@
 // breaks the protocol is an Error naming the unit and its state, never a wait.
 //
 // It allocates nothing (engine/zero.cpp sized the slots and pools) and touches no optimizer
-// state.
+// state; a pass reading a unit's compute copy waits for an overlapped optimizer step to have
+// updated that unit (await_update, engine/zero_step.cpp).
 #include <algorithm>
 #include <utility>
 
@@ -76,6 +77,7 @@ void ZeroEngine::Impl::fetch_param(int u) {
   Unit& s = units_[size_t(u)];
   const Shard& src = param_shard(s);
   if (src.tier != Tier::nvme || s.gather != GatherState::idle) return;
+  await_update(u);  // an overlapped optimizer step writes it first
   s.fetch_lease = param_pool_->acquire();
   s.fetch_ticket = swapper_->submit({swap_->request(IoOp::read, src.key, s.fetch_lease.data, src.bytes)});
   s.gather = GatherState::fetching;
@@ -86,6 +88,7 @@ void ZeroEngine::Impl::prefetch(int u) {
   if (direct_params() || u < 0 || u >= model_.num_units()) return;
   Unit& s = units_[size_t(u)];
   if (s.gather == GatherState::gathered || s.gather == GatherState::held) return;
+  await_update(u);  // an overlapped optimizer step writes the compute copy first
   const Shard& ps = param_shard(s);
   // The NVMe read must be issued before the slot is owned: a ticket is consumed only once
   // it exists (the hang of offload.prefetch=0 waited for a read that was never issued).
@@ -149,7 +152,10 @@ const float* ZeroEngine::Impl::acquire(int u) {
   }
   Unit& s = units_[size_t(u)];
   watchdog_set_unit(model_.unit(u).name);
-  if (direct_params()) return param_shard(s).ptr<float>();
+  if (direct_params()) {
+    await_update(u);
+    return param_shard(s).ptr<float>();
+  }
   if (s.gather == GatherState::idle || s.gather == GatherState::fetching) prefetch(u);
   if (s.slot < 0 || param_slots_[size_t(s.slot)].owner != u)
     protocol_violation(u, "acquire of a unit whose parameter slot it does not own");

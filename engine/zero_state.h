@@ -7,10 +7,15 @@
 // in and out) and zero_checkpoint.cpp (a save's source, loading).
 #pragma once
 
+#include <atomic>
+#include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -84,6 +89,30 @@ struct ZeroEngine::Impl {
     uint64_t read = 0, write = 0;  // swapper tickets, 0 when none
   };
 
+  // What one optimizer step applies.
+  struct StepParams {
+    AdamWHyper hyper;
+    int64_t step = 0;
+    float grad_scale = 1.0f;
+    bool decay_norms = true;
+  };
+
+  // An overlapped optimizer step (engine/zero.h, optimizer_step): a worker thread steps the
+  // units in forward order. Before `go` it only reads ahead (prepare_step); `params` are set
+  // before `go` and never change after. updated[u]: unit u's states and compute copy hold the
+  // new values and its gradient is zero. `finished`: the worker returned (after the last unit,
+  // or with `error`). The engine's thread owns the StepJob; the worker reads and writes the
+  // fields under `mu` only (params: after seeing go).
+  struct StepJob {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool go = false, abort = false, finished = false;
+    StepParams params;
+    std::vector<char> updated;
+    std::exception_ptr error;
+    std::thread worker;
+  };
+
   class Source;  // the engine as the source of a checkpoint save (below)
 
   // engine/zero.cpp: every state placed on its tier, slots and staging allocated, m, v and
@@ -120,13 +149,25 @@ struct ZeroEngine::Impl {
   int checked_unit(int u, const char* op) const;  // u, or an Error when no such unit
   void check_quiescent(const char* op) const;     // every unit idle, no gradient slot owned
 
-  // engine/zero_step.cpp: the optimizer step over the tiers.
+  // engine/zero_step.cpp: the optimizer step over the tiers, inline or on the step's thread.
   double grad_norm();
+  bool overlapped_step() const;  // overlap on and the states off the device (CPU AdamW)
+  void prepare_step();
   void optimizer_step(const AdamWHyper& hyper, int64_t step, float grad_scale, bool decay_norms);
-  void step_unit_on_device(int u, const AdamWHyper& hyper, int64_t step, float grad_scale,
-                           bool decay_norms);
-  void step_unit_chunked(int u, const AdamWHyper& hyper, int64_t step, float grad_scale,
-                         bool decay_norms);
+  void start_job(bool go);       // a StepJob and its worker (go: params already set)
+  void run_job(StepJob& job);    // the worker's body
+  void await_go(StepJob& job);   // in the worker, before its first update; throws on abort
+  // The engine's thread, before a pass reads unit u's compute copy: waits for u's update when a
+  // started step has not reached it (bounded; the step's error is rethrown).
+  void await_update(int u);
+  // Waits for a started step; a prepared one that never started is abandoned. Rethrows the
+  // step's error. settle_step() waits only for a started step (a prepared one reads, never
+  // writes, so reading states beside it is safe).
+  void finish_step();
+  void settle_step();
+  void step_unit_on_device(int u, const StepParams& p);
+  // gate: the job whose `go` the first update waits for (null: inline, go already given).
+  void step_unit_chunked(int u, const StepParams& p, StepJob* gate);
   void zero_grads();
 
   // engine/zero_weights.cpp: initial values, Hugging Face weights in and out, host values.
@@ -177,6 +218,13 @@ struct ZeroEngine::Impl {
   // freed (the destructor also drains and stops it first).
   std::unique_ptr<Swapper> swapper_;
   ZeroTraffic traffic_;
+  // The overlapped step (null when none is in flight), the time passes waited for its updates,
+  // host → device bytes it moved (the worker's own counter), and the stream it copies a
+  // refreshed compute copy to the device on (devices the host cannot address).
+  std::unique_ptr<StepJob> job_;
+  double update_wait_ms_ = 0;
+  std::atomic<uint64_t> step_h2d_bytes_{0};
+  std::unique_ptr<Stream> step_stream_;
   std::optional<AdamIsa> adam_isa_;  // a CPU AdamW path forced by the test hooks, else none
   std::unique_ptr<Source> checkpoint_source_;
 };

@@ -8,10 +8,14 @@
 // It never changes a number with the placement: every path runs the same AdamW operations on
 // the same values (optimizer/adamw.h). Clipping and the LR are the trainer's.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <utility>
 
+#include "core/error.h"
+#include "core/size.h"
+#include "core/trace.h"
 #include "core/watchdog.h"
 #include "engine/zero_state.h"
 #include "kernels/ops.h"
@@ -53,6 +57,7 @@ void set_moments(AdamWTensors& t, void* m, void* v, size_t o, bool bf16_states) 
 }  // namespace
 
 double ZeroEngine::Impl::grad_norm() {
+  settle_step();  // a started step zeroes the gradients
   watchdog_set_unit("");
   compute_.synchronize();
   comm_.synchronize();
@@ -95,35 +100,150 @@ double ZeroEngine::Impl::grad_norm() {
   return std::sqrt(h[0]);
 }
 
+bool ZeroEngine::Impl::overlapped_step() const {
+  return opt_.overlap_optimizer && place_.optimizer != Tier::device;
+}
+
+void ZeroEngine::Impl::prepare_step() {
+  if (!overlapped_step() || (job_ && !job_->go)) return;  // serial, or prepared already
+  finish_step();  // the previous step (its updates were all awaited by the passes since)
+  start_job(false);
+}
+
 void ZeroEngine::Impl::optimizer_step(const AdamWHyper& hyper, int64_t step, float grad_scale,
                                       bool decay_norms) {
   check_quiescent("optimizer_step");
   compute_.synchronize();
   comm_.synchronize();
   reduce_.synchronize();
+  StepParams p{hyper, step, grad_scale, decay_norms};
+  if (overlapped_step()) {
+    if (job_ && job_->go) finish_step();  // a previous step nobody waited for
+    if (!job_) {
+      start_job(false);
+    }
+    {
+      std::lock_guard<std::mutex> lock(job_->mu);
+      job_->params = p;
+      job_->go = true;
+    }
+    job_->cv.notify_all();
+    return;
+  }
   for (int u = 0; u < model_.num_units(); ++u) {
     if (place_.optimizer == Tier::device && !device_.host_addressable())
-      step_unit_on_device(u, hyper, step, grad_scale, decay_norms);
+      step_unit_on_device(u, p);
     else
-      step_unit_chunked(u, hyper, step, grad_scale, decay_norms);
+      step_unit_chunked(u, p, nullptr);
   }
   compute_.synchronize();
+  zero_grads();
   // Every NVMe write of the step was waited for by its chunk pipeline (step_unit_chunked), so the
   // next pass reads what was written. (No wait_all(): a checkpoint save may have reads of its
   // own in flight on the swapper, and their tickets are the writer's to wait for.)
 }
 
+void ZeroEngine::Impl::start_job(bool go) {
+  job_ = std::make_unique<StepJob>();
+  job_->go = go;
+  job_->updated.assign(size_t(model_.num_units()), 0);
+  StepJob& j = *job_;
+  j.worker = std::thread([this, &j] { run_job(j); });
+}
+
+// The worker: every unit in forward order, its gradient zeroed once its update is complete.
+void ZeroEngine::Impl::run_job(StepJob& j) {
+  try {
+    for (int u = 0; u < model_.num_units(); ++u) {
+      step_unit_chunked(u, j.params, &j);  // reads j.params only after seeing go
+      const int64_t t0 = trace_enabled() ? trace_now_us() : 0;
+      Shard& g = units_[size_t(u)].grad;
+      std::memset(g.mem.data(), 0, g.bytes);  // host memory: the optimizer is off the device
+      if (t0) trace_span("optimizer", "zero gradient", t0, trace_now_us() - t0);
+      {
+        std::lock_guard<std::mutex> lock(j.mu);
+        j.updated[size_t(u)] = 1;
+      }
+      j.cv.notify_all();
+    }
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(j.mu);
+    j.error = std::current_exception();
+  }
+  {
+    std::lock_guard<std::mutex> lock(j.mu);
+    j.finished = true;
+  }
+  j.cv.notify_all();
+}
+
+void ZeroEngine::Impl::await_go(StepJob& j) {
+  std::unique_lock<std::mutex> lock(j.mu);
+  if (j.go) return;
+  const int64_t t0 = trace_enabled() ? trace_now_us() : 0;
+  // Bounded: the engine's thread gives go (or abandons the job) within one backward pass and
+  // the norm, both under the watchdog; past the timeout something upstream is stuck.
+  const auto limit = std::chrono::duration<double>(opt_.timeout_s);
+  if (!j.cv.wait_for(lock, limit, [&] { return j.go || j.abort; }))
+    fail("zero::step", str("the optimizer step's reads waited ", opt_.timeout_s,
+                           " s for the gradients to become final (parallel.timeout)"));
+  if (j.abort) fail("zero::step", "the prepared optimizer step was abandoned before its update");
+  if (t0) trace_span("optimizer", "wait for the norm", t0, trace_now_us() - t0);
+}
+
+void ZeroEngine::Impl::await_update(int u) {
+  if (!job_) return;
+  StepJob& j = *job_;
+  std::unique_lock<std::mutex> lock(j.mu);
+  if (!j.go || j.updated[size_t(u)]) return;  // prepared only: nothing changes before go
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t tr0 = trace_enabled() ? trace_now_us() : 0;
+  {
+    WatchedWait w(str("the optimizer's update of unit ", model_.unit(u).name), WaitKind::host,
+                  watchdog_context());
+    const auto limit = std::chrono::duration<double>(opt_.timeout_s);
+    if (!j.cv.wait_for(lock, limit, [&] { return j.updated[size_t(u)] || j.finished; }))
+      fail("zero::step", str("waited ", opt_.timeout_s, " s for the optimizer's update of unit ",
+                             model_.unit(u).name, " (parallel.timeout)"));
+  }
+  update_wait_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (tr0) trace_span("update waits", "wait", tr0, trace_now_us() - tr0);
+  if (!j.updated[size_t(u)]) {  // the worker stopped early: its error
+    lock.unlock();
+    finish_step();
+    protocol_violation(u, "the optimizer step ended without updating this unit");
+  }
+}
+
+void ZeroEngine::Impl::finish_step() {
+  if (!job_) return;
+  std::unique_ptr<StepJob> j = std::move(job_);
+  bool started;
+  {
+    std::lock_guard<std::mutex> lock(j->mu);
+    started = j->go;
+    if (!started) j->abort = true;
+  }
+  j->cv.notify_all();
+  // The worker's every wait is bounded (the swapper's, the pool's, await_go), so this join is.
+  j->worker.join();
+  if (started && j->error) std::rethrow_exception(j->error);
+}
+
+void ZeroEngine::Impl::settle_step() {
+  if (job_ && job_->go) finish_step();
+}
+
 // Device-resident states on a device the host cannot address: the device's AdamW kernel.
-void ZeroEngine::Impl::step_unit_on_device(int u, const AdamWHyper& hyper, int64_t step,
-                                           float grad_scale, bool decay_norms) {
+void ZeroEngine::Impl::step_unit_on_device(int u, const StepParams& p) {
   Unit& s = units_[size_t(u)];
   const FlatLayout& L = model_.unit(u).layout;
   const size_t n = L.shard_numel(), base = size_t(dp_.rank()) * n;
   const bool bf16 = place_.compute == DType::bf16;
   const bool bf16_states = place_.state == DType::bf16;
   for_each_segment(L, base, base + n, [&](size_t lo, size_t hi, bool is_norm) {
-    AdamWHyper h = hyper;
-    if (is_norm && !decay_norms) h.weight_decay = 0.0f;
+    AdamWHyper h = p.hyper;
+    if (is_norm && !p.decay_norms) h.weight_decay = 0.0f;
     size_t o = lo - base;
     AdamWTensors t;
     t.param = s.master.ptr<float>() + o;
@@ -131,7 +251,7 @@ void ZeroEngine::Impl::step_unit_on_device(int u, const AdamWHyper& hyper, int64
     set_moments(t, s.m.mem.data(), s.v.mem.data(), o, bf16_states);
     t.param_bf16 = bf16 ? s.param.ptr<uint16_t>() + o : nullptr;
     t.n = hi - lo;
-    adamw_update_on_stream(compute_, h, step, grad_scale, t, adam_isa_);
+    adamw_update_on_stream(compute_, h, p.step, p.grad_scale, t, adam_isa_);
   });
 }
 
@@ -141,8 +261,7 @@ void ZeroEngine::Impl::step_unit_on_device(int u, const AdamWHyper& hyper, int64
 // elements: master in buf[0] (f32), m and v in buf[1] and buf[2] (f32), or both in buf[1] (bf16:
 // m in its first half, v in its second, each half a multiple of 4 KiB), the refreshed compute
 // copy in buf[3].
-void ZeroEngine::Impl::step_unit_chunked(int u, const AdamWHyper& hyper, int64_t step,
-                                         float grad_scale, bool decay_norms) {
+void ZeroEngine::Impl::step_unit_chunked(int u, const StepParams& p, StepJob* gate) {
   Unit& s = units_[size_t(u)];
   const FlatLayout& L = model_.unit(u).layout;
   const size_t n = L.shard_numel(), base = size_t(dp_.rank()) * n;
@@ -213,6 +332,7 @@ void ZeroEngine::Impl::step_unit_chunked(int u, const AdamWHyper& hyper, int64_t
     } else if (param_nvme) {
       acquire_set(set);
     }
+    if (gate) await_go(*gate);  // reads may run ahead; updates wait for the norm
     const size_t lo = k * chunk, cnt = std::min(chunk, n - lo);
     char* ptr[3];  // element lo of master, m, v (staged or in memory)
     for (int i = 0; i < 3; ++i)
@@ -226,8 +346,8 @@ void ZeroEngine::Impl::step_unit_chunked(int u, const AdamWHyper& hyper, int64_t
                                  : static_cast<void*>(s.param.ptr<char>() + lo * esz);
     const float* g = s.grad.ptr<float>() + lo;
     for_each_segment(L, base + lo, base + lo + cnt, [&](size_t a, size_t b, bool is_norm) {
-      AdamWHyper h = hyper;
-      if (is_norm && !decay_norms) h.weight_decay = 0.0f;
+      AdamWHyper h = p.hyper;
+      if (is_norm && !p.decay_norms) h.weight_decay = 0.0f;
       const size_t o = a - base - lo;
       AdamWTensors t;
       t.param = master + o;
@@ -235,14 +355,14 @@ void ZeroEngine::Impl::step_unit_chunked(int u, const AdamWHyper& hyper, int64_t
       set_moments(t, ptr[1], ptr[2], o, bf16_states);
       t.param_bf16 = (separate_param && bf16) ? static_cast<uint16_t*>(param_out) + o : nullptr;
       t.n = b - a;
-      if (adam_isa_) adamw_update_isa(*adam_isa_, h, step, grad_scale, t);
-      else adamw_update(h, step, grad_scale, t);
+      if (adam_isa_) adamw_update_isa(*adam_isa_, h, p.step, p.grad_scale, t);
+      else adamw_update(h, p.step, p.grad_scale, t);
     });
     if (separate_param && !bf16) std::memcpy(param_out, master, cnt * 4);
-    if (param_staged) {
-      compute_.copy(s.param.ptr<char>() + lo * esz, param_stage_.data(), cnt * esz);
-      compute_.synchronize();  // the staging buffer is refilled by the next chunk
-      traffic_.h2d_bytes += cnt * esz;
+    if (param_staged) {  // on a stream of its own: the compute stream may be running a pass
+      step_stream_->copy(s.param.ptr<char>() + lo * esz, param_stage_.data(), cnt * esz);
+      step_stream_->synchronize();  // the staging buffer is refilled by the next chunk
+      step_h2d_bytes_ += cnt * esz;
     }
     if (opt_nvme || param_nvme) {
       std::vector<IoRequest> reqs;
@@ -261,6 +381,7 @@ void ZeroEngine::Impl::step_unit_chunked(int u, const AdamWHyper& hyper, int64_t
 }
 
 void ZeroEngine::Impl::zero_grads() {
+  finish_step();
   for (int u = 0; u < model_.num_units(); ++u) {
     Shard& g = units_[size_t(u)].grad;
     if (g.tier == Tier::device) compute_.fill_zero(g.mem.data(), g.bytes);
@@ -275,6 +396,8 @@ void ZeroEngine::optimizer_step(const AdamWHyper& hyper, int64_t step, float gra
                                 bool decay_norms) {
   impl_->optimizer_step(hyper, step, grad_scale, decay_norms);
 }
+void ZeroEngine::prepare_step() { impl_->prepare_step(); }
+void ZeroEngine::finish_step() { impl_->finish_step(); }
 void ZeroEngine::zero_grads() { impl_->zero_grads(); }
 
 }  // namespace strata

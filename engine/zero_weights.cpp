@@ -18,6 +18,7 @@
 namespace strata {
 
 void ZeroEngine::Impl::init_from_seed(uint64_t seed) {
+  finish_step();  // writes states: no optimizer step may be in flight
   const int rank = dp_.rank();
   for (int u = 0; u < model_.num_units(); ++u) {
     const size_t n = model_.unit(u).layout.shard_numel();
@@ -28,6 +29,7 @@ void ZeroEngine::Impl::init_from_seed(uint64_t seed) {
 }
 
 void ZeroEngine::Impl::init_from(const SafetensorsReader& reader) {
+  finish_step();  // writes states: no optimizer step may be in flight
   const int rank = dp_.rank();
   for (int u = 0; u < model_.num_units(); ++u) {
     const FlatLayout& L = model_.unit(u).layout;
@@ -67,6 +69,7 @@ std::vector<float> ZeroEngine::Impl::gather_grad_to_host(int u) {
 }
 
 std::vector<float> ZeroEngine::Impl::gather_to_host(int u, bool grads) {
+  settle_step();  // reads what an overlapped optimizer step writes
   const FlatLayout& L = model_.unit(u).layout;
   const size_t n = L.shard_numel();
   compute_.synchronize();
@@ -87,6 +90,7 @@ std::vector<float> ZeroEngine::Impl::gather_to_host(int u, bool grads) {
 }
 
 void ZeroEngine::Impl::set_values(int u, size_t offset, const std::vector<float>& values) {
+  finish_step();  // writes states: no optimizer step may be in flight
   compute_.synchronize();
   comm_.synchronize();
   reduce_.synchronize();
@@ -102,6 +106,7 @@ void ZeroEngine::Impl::set_values(int u, size_t offset, const std::vector<float>
 }
 
 void ZeroEngine::Impl::save(const std::string& dir, DType dtype, const std::string& file, bool config) {
+  settle_step();  // reads what an overlapped optimizer step writes
   std::vector<TensorInfo> infos;
   StDType st = dtype == DType::bf16 ? StDType::bf16 : dtype == DType::f16 ? StDType::f16 : StDType::f32;
   for (const auto& unit : model_.units())

@@ -97,22 +97,25 @@ TEST_P(Placements, EveryPlacementIsBitIdenticalToAllDevice) {
   int combos = 0;
   for (Tier params : {Tier::device, Tier::host, Tier::nvme})
     for (Tier grads : {Tier::device, Tier::host})
-      for (Tier optimizer : {Tier::device, Tier::host, Tier::nvme}) {
-        Config c = all;
-        c.offload.params = params;
-        c.offload.grads = grads;
-        c.offload.optimizer = optimizer;
-        if (params == Tier::nvme || optimizer == Tier::nvme) c.offload.nvme_path = {dir};
-        std::string what = std::string("params=") + name(params) + " grads=" + name(grads) +
-                           " optimizer=" + name(optimizer);
-        SCOPED_TRACE(what);
-        if (std::getenv("STRATA_TEST_VERBOSE")) std::fprintf(stderr, "placement %s\n", what.c_str());
-        Result r = run(c);
-        EXPECT_EQ(r.losses, ref.losses) << what;
-        EXPECT_TRUE(r.weights == ref.weights) << what << ": final weights differ";
-        ++combos;
-      }
-  EXPECT_EQ(combos, 18);
+      for (Tier optimizer : {Tier::device, Tier::host, Tier::nvme})
+        for (bool overlap : {true, false}) {  // the overlapped step against the serial order
+          if (!overlap && optimizer == Tier::device) continue;  // nothing to overlap
+          Config c = all;
+          c.offload.params = params;
+          c.offload.grads = grads;
+          c.offload.optimizer = optimizer;
+          c.offload.overlap_optimizer = overlap;
+          if (params == Tier::nvme || optimizer == Tier::nvme) c.offload.nvme_path = {dir};
+          std::string what = std::string("params=") + name(params) + " grads=" + name(grads) +
+                             " optimizer=" + name(optimizer) + (overlap ? "" : " serial");
+          SCOPED_TRACE(what);
+          if (std::getenv("STRATA_TEST_VERBOSE")) std::fprintf(stderr, "placement %s\n", what.c_str());
+          Result r = run(c);
+          EXPECT_EQ(r.losses, ref.losses) << what;
+          EXPECT_TRUE(r.weights == ref.weights) << what << ": final weights differ";
+          ++combos;
+        }
+  EXPECT_EQ(combos, 18 + 12);
 }
 
 INSTANTIATE_TEST_SUITE_P(Offload, Placements,
@@ -357,51 +360,61 @@ TEST(Offload, SlotsPerUnitKindShrinkTheWorkingSetAndChangeNoNumber) {
       }
 }
 
+// Serial: the error stops the step it happens in. Overlapped (offload.overlap_optimizer): step
+// 2's update runs behind its end, so step 2 has reported (its metrics line is written) when the
+// error surfaces in step 3's forward, the first pass that needs the unit it did not update; no
+// later step completes.
 TEST(Offload, IoErrorMidStepStopsTheRun) {
-  Config c = base(Precision::fp32);
-  c.train.steps = 4;
-  c.offload.optimizer = Tier::nvme;
-  c.offload.nvme_path = {nvme_dir("fault")};
-  c.log.every = 1;
-  c.log.metrics = std::string(STRATA_TEST_WORK_DIR) + "/fault_metrics_r" + std::to_string(world().rank()) + ".jsonl";
-  // Calibrate: the optimizer step is the only reader of the NVMe optimizer states, one read per
-  // 16K chunk per array; fail a read half-way through the second step.
-  uint64_t step_read_bytes = 0;
-  {
-    Config quiet = c;
-    quiet.log.metrics.clear();
-    quiet.train.steps = 1;
-    TrainerOptions cal;
-    cal.on_step = [&](const StepRecord& r) { step_read_bytes = r.traffic.nvme_read_bytes; };
-    run(quiet, cal);
-  }
-  const int reads_per_step = int(step_read_bytes / c.offload.optimizer_chunk);
-  ASSERT_GT(reads_per_step, 4);
-  TrainerOptions opt;
-  FaultRule rule;
-  rule.fault = Fault::io_error;
-  rule.op = int(IoOp::read);
-  rule.skip = reads_per_step + reads_per_step / 2;
-  rule.times = 1;
-  auto hooks = std::make_shared<TestHooks>();
-  hooks->io_faults = {rule};
-  opt.test_hooks = hooks;
-  int steps_done = 0;
-  opt.on_step = [&](const StepRecord&) { ++steps_done; };
-  try {
-    run(c, opt);
-    FAIL() << "the injected I/O error was not reported";
-  } catch (const Error& e) {
-    std::string m = e.what();
-    EXPECT_NE(m.find("strata-"), std::string::npos) << "the error names the swap file: " << m;
-    EXPECT_NE(m.find("offset"), std::string::npos) << m;
-  }
-  EXPECT_EQ(steps_done, 1);  // the second step stopped: no step after the error completed
-  // Metrics record only the steps that completed, none after the failure.
-  if (world().rank() == 0) {
-    std::ifstream in(c.log.metrics);
-    int lines = 0;
-    for (std::string l; std::getline(in, l);) ++lines;
-    EXPECT_EQ(lines, steps_done);
+  for (bool overlap : {false, true}) {
+    SCOPED_TRACE(overlap ? "overlapped optimizer" : "serial optimizer");
+    Config c = base(Precision::fp32);
+    c.offload.overlap_optimizer = overlap;
+    c.train.steps = 4;
+    c.offload.optimizer = Tier::nvme;
+    c.offload.nvme_path = {nvme_dir("fault")};
+    c.log.every = 1;
+    c.log.metrics = std::string(STRATA_TEST_WORK_DIR) + "/fault_metrics_" + std::to_string(overlap) +
+                    "_r" + std::to_string(world().rank()) + ".jsonl";
+    // Calibrate: the optimizer step is the only reader of the NVMe optimizer states, one read per
+    // 16K chunk per array; fail a read half-way through the second step.
+    uint64_t step_read_bytes = 0;
+    {
+      Config quiet = c;
+      quiet.log.metrics.clear();
+      quiet.train.steps = 1;
+      quiet.offload.overlap_optimizer = false;  // every read of the step inside its record
+      TrainerOptions cal;
+      cal.on_step = [&](const StepRecord& r) { step_read_bytes = r.traffic.nvme_read_bytes; };
+      run(quiet, cal);
+    }
+    const int reads_per_step = int(step_read_bytes / c.offload.optimizer_chunk);
+    ASSERT_GT(reads_per_step, 4);
+    TrainerOptions opt;
+    FaultRule rule;
+    rule.fault = Fault::io_error;
+    rule.op = int(IoOp::read);
+    rule.skip = reads_per_step + reads_per_step / 2;
+    rule.times = 1;
+    auto hooks = std::make_shared<TestHooks>();
+    hooks->io_faults = {rule};
+    opt.test_hooks = hooks;
+    int steps_done = 0;
+    opt.on_step = [&](const StepRecord&) { ++steps_done; };
+    try {
+      run(c, opt);
+      FAIL() << "the injected I/O error was not reported";
+    } catch (const Error& e) {
+      std::string m = e.what();
+      EXPECT_NE(m.find("strata-"), std::string::npos) << "the error names the swap file: " << m;
+      EXPECT_NE(m.find("offset"), std::string::npos) << m;
+    }
+    EXPECT_EQ(steps_done, overlap ? 2 : 1);  // no step after the error completed
+    // Metrics record only the steps that completed, none after the failure.
+    if (world().rank() == 0) {
+      std::ifstream in(c.log.metrics);
+      int lines = 0;
+      for (std::string l; std::getline(in, l);) ++lines;
+      EXPECT_EQ(lines, steps_done);
+    }
   }
 }

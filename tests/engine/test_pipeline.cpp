@@ -70,7 +70,9 @@ TEST(PipelinePartition, StagesTileTheUnitsWithEmbeddingFirstAndHeadLast) {
       EXPECT_EQ(st.back().end, layers + 2);
       for (size_t s = 0; s < st.size(); ++s) {
         EXPECT_GE(st[s].size(), 1) << "stage " << s << " of " << pp;
-        if (s > 0) EXPECT_EQ(st[s].begin, st[s - 1].end);
+        if (s > 0) {
+          EXPECT_EQ(st[s].begin, st[s - 1].end);
+        }
       }
     }
   }
