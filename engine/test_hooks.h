@@ -1,6 +1,7 @@
 // engine/test_hooks.h — hooks for tests: I/O faults injected beneath the NVMe swap and the
-// checkpoint files, a callback at each phase of a checkpoint save and before each step, and a
-// forced CPU AdamW path. Tests and apps/strata's STRATA_FAULT (tests/cli) include this header and
+// checkpoint files, a callback at each phase of a checkpoint save, before each step and before
+// each unit's optimizer update, and a forced CPU AdamW path. Tests and apps/strata's
+// STRATA_FAULT (tests/cli) include this header and
 // hand a TestHooks to TrainerOptions::test_hooks, the one entry point; the trainer passes it on to
 // the ZeRO engine and the checkpoint writer.
 //
@@ -35,6 +36,9 @@ struct TestHooks {
   std::function<void(const char* phase, int64_t step)> checkpoint_hook;
   // Called on every rank before each step's first collective (a rank that hangs or fails).
   std::function<void(int64_t step)> before_step;
+  // Called before the optimizer updates unit u — on the step's worker thread when the step is
+  // overlapped (offload.overlap_optimizer), else on the engine's thread (e.g. a slow update).
+  std::function<void(int unit)> before_unit_update;
 };
 
 // ---- for the engine's own use ----

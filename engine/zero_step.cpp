@@ -17,6 +17,7 @@
 #include "core/size.h"
 #include "core/trace.h"
 #include "core/watchdog.h"
+#include "engine/test_hooks.h"
 #include "engine/zero_state.h"
 #include "kernels/ops.h"
 #include "offload/swap_space.h"
@@ -131,10 +132,14 @@ void ZeroEngine::Impl::optimizer_step(const AdamWHyper& hyper, int64_t step, flo
     return;
   }
   for (int u = 0; u < model_.num_units(); ++u) {
+    const int64_t t0 = trace_enabled() ? trace_now_us() : 0;
+    if (opt_.test_hooks && opt_.test_hooks->before_unit_update) opt_.test_hooks->before_unit_update(u);
     if (place_.optimizer == Tier::device && !device_.host_addressable())
-      step_unit_on_device(u, p);
+      step_unit_on_device(u, p);  // enqueued on the compute stream: no span of its own
     else
       step_unit_chunked(u, p, nullptr);
+    if (t0 && place_.optimizer != Tier::device)
+      trace_span("optimizer", str("update ", model_.unit(u).name), t0, trace_now_us() - t0);
   }
   compute_.synchronize();
   zero_grads();
@@ -155,11 +160,12 @@ void ZeroEngine::Impl::start_job(bool go) {
 void ZeroEngine::Impl::run_job(StepJob& j) {
   try {
     for (int u = 0; u < model_.num_units(); ++u) {
-      step_unit_chunked(u, j.params, &j);  // reads j.params only after seeing go
       const int64_t t0 = trace_enabled() ? trace_now_us() : 0;
+      if (opt_.test_hooks && opt_.test_hooks->before_unit_update) opt_.test_hooks->before_unit_update(u);
+      step_unit_chunked(u, j.params, &j);  // reads j.params only after seeing go
       Shard& g = units_[size_t(u)].grad;
       std::memset(g.mem.data(), 0, g.bytes);  // host memory: the optimizer is off the device
-      if (t0) trace_span("optimizer", "zero gradient", t0, trace_now_us() - t0);
+      if (t0) trace_span("optimizer", str("update ", model_.unit(u).name), t0, trace_now_us() - t0);
       {
         std::lock_guard<std::mutex> lock(j.mu);
         j.updated[size_t(u)] = 1;

@@ -10,9 +10,12 @@
 #include <filesystem>
 #include <cstdio>
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdlib>
 #include <fstream>
+#include <mutex>
 
 #include "core/error.h"
 #include "comm/comm_registry.h"
@@ -358,6 +361,50 @@ TEST(Offload, SlotsPerUnitKindShrinkTheWorkingSetAndChangeNoNumber) {
           std::printf("[slots] %s: gathered %llu bytes per rank (one pool of the largest unit: %llu)\n",
                       what.c_str(), (unsigned long long)z.gathered_bytes, (unsigned long long)old_pool);
       }
+}
+
+// The overlap is real: with offload.overlap_optimizer the step returns while its update is still
+// running, and the next step begins before the last unit is updated (the hook holds that update
+// until it has, bounded); serially, the update of step k's last unit runs before step k + 1
+// begins. The numbers are the same either way.
+TEST(Offload, OverlappedUpdateRunsIntoTheNextStep) {
+  std::vector<double> serial_losses;
+  for (bool overlap : {false, true}) {
+    SCOPED_TRACE(overlap ? "overlapped optimizer" : "serial optimizer");
+    Config c = base(Precision::bf16);
+    c.offload.optimizer = Tier::host;
+    c.offload.params = Tier::host;
+    c.offload.overlap_optimizer = overlap;
+    const int last = LlamaModel(c.model, world().size()).num_units() - 1;
+    std::mutex mu;
+    std::condition_variable cv;
+    int64_t begun = 0, updates = 0;
+    std::vector<int64_t> begun_at_last;  // per step: the step begun when its last unit updates
+    auto hooks = std::make_shared<TestHooks>();
+    hooks->before_step = [&](int64_t step) {
+      std::lock_guard<std::mutex> lock(mu);
+      begun = step;
+      cv.notify_all();
+    };
+    hooks->before_unit_update = [&](int u) {
+      if (u != last) return;
+      std::unique_lock<std::mutex> lock(mu);
+      ++updates;
+      if (overlap && updates < c.train.steps)  // no step follows the last
+        cv.wait_for(lock, std::chrono::seconds(30), [&] { return begun > updates; });
+      begun_at_last.push_back(begun);
+    };
+    TrainerOptions opt;
+    opt.test_hooks = hooks;
+    const Result r = run(c, opt);
+    if (overlap) {
+      EXPECT_EQ(begun_at_last, (std::vector<int64_t>{2, 3, 3}));
+      EXPECT_EQ(r.losses, serial_losses);
+    } else {
+      EXPECT_EQ(begun_at_last, (std::vector<int64_t>{1, 2, 3}));
+      serial_losses = r.losses;
+    }
+  }
 }
 
 // Serial: the error stops the step it happens in. Overlapped (offload.overlap_optimizer): step
