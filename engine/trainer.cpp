@@ -219,39 +219,32 @@ struct Trainer::Impl {
     // World-level host collectives (metrics) run on a CPU stream: MPI moves host memory.
     host_device = kind == DeviceKind::cpu ? nullptr : make_device(DeviceKind::cpu);
     if (host_device) host_stream = host_device->make_stream("host-comm");
-    if (kind == DeviceKind::cuda && dp > 1) {
+    // On CUDA, each group's collectives run over NCCL, on a communicator made over its MPI one.
+    auto nccl_over = [&](Communicator& mpi, const std::string& name, const char* what) {
       if (!nccl_built())
-        fail("train::comm", "data-parallel training on CUDA needs NCCL, and this strata was built without it",
+        fail("train::comm", str(what, " training on CUDA needs NCCL, and this strata was built without it"),
              "install NCCL with the CUDA toolkit and rebuild");
-      nccl_dp = make_nccl_communicator(*mesh.dp_comm, dopt.ordinal);
-      nccl_dp->set_name("dp");
+      std::unique_ptr<Communicator> c = make_nccl_communicator(mpi, dopt.ordinal);
+      c->set_name(name);
+      return c;
+    };
+    if (kind == DeviceKind::cuda && dp > 1) {
+      nccl_dp = nccl_over(*mesh.dp_comm, "dp", "data-parallel");
       dpc = nccl_dp.get();
     }
     if (kind == DeviceKind::cuda && mesh.tp > 1) {
-      if (!nccl_built())
-        fail("train::comm", "tensor-parallel training on CUDA needs NCCL, and this strata was built without it",
-             "install NCCL with the CUDA toolkit and rebuild");
-      nccl_tp = make_nccl_communicator(*mesh.tp_comm, dopt.ordinal);
-      nccl_tp->set_name("tp");
+      nccl_tp = nccl_over(*mesh.tp_comm, "tp", "tensor-parallel");
       tpc = nccl_tp.get();
       if (kv_mpi) {
-        nccl_kv = make_nccl_communicator(*kv_mpi, dopt.ordinal);
-        nccl_kv->set_name("tp (kv heads)");
+        nccl_kv = nccl_over(*kv_mpi, "tp (kv heads)", "tensor-parallel");
         kvc = nccl_kv.get();
       }
     }
-
     if (kind == DeviceKind::cuda && pp > 1) {
-      if (!nccl_built())
-        fail("train::comm", "pipeline-parallel training on CUDA needs NCCL, and this strata was built without it",
-             "install NCCL with the CUDA toolkit and rebuild");
-      nccl_pp = make_nccl_communicator(*mesh.pp_comm, dopt.ordinal);
-      nccl_pp->set_name("pp");
+      nccl_pp = nccl_over(*mesh.pp_comm, "pp", "pipeline-parallel");
       ppc = nccl_pp.get();
-      for (int j = 0; j < 4; ++j) {
-        nccl_links[j] = make_nccl_communicator(*pp_links[j], dopt.ordinal);
-        nccl_links[j]->set_name(pp_links[j]->name());
-      }
+      for (int j = 0; j < 4; ++j)
+        nccl_links[j] = nccl_over(*pp_links[j], pp_links[j]->name(), "pipeline-parallel");
     }
     if (pp > 1) {
       auto link = [&](int j) { return nccl_links[j] ? nccl_links[j].get() : pp_links[j].get(); };
