@@ -16,10 +16,6 @@
 namespace strata {
 namespace {
 
-bool use_cuda(const Config& c) {
-  return c.train.device == "cuda" || (c.train.device == "auto" && cuda_device_count() > 0);
-}
-
 std::string utc_now() {
   const std::time_t t = std::time(nullptr);
   std::tm tm{};
@@ -49,8 +45,12 @@ double copy_gbps(Stream& s, void* dst, const void* src, size_t bytes, double min
 
 }  // namespace
 
+bool uses_cuda(const Config& c) {
+  return c.train.device == "cuda" || (c.train.device == "auto" && cuda_device_count() > 0);
+}
+
 std::string rate_device_name(const Config& c) {
-  return make_device(use_cuda(c) ? DeviceKind::cuda : DeviceKind::cpu)->name();
+  return make_device(uses_cuda(c) ? DeviceKind::cuda : DeviceKind::cpu)->name();
 }
 
 MachineRates probe_rates(const Config& c, const RateProbeOptions& o) {
@@ -60,7 +60,7 @@ MachineRates probe_rates(const Config& c, const RateProbeOptions& o) {
   adam.repeats = 3;
   adam.validate_numel = (size_t{1} << 16) + 3;
   r.adam_gbps = run_adam_bench(adam)["gbps"].get<double>();
-  if (use_cuda(c)) {
+  if (uses_cuda(c)) {
     GpuBenchOptions g;
     g.gemm_shapes = {{2048, 2048, 2048}};
     g.gemm_f32_shapes = {{4096, 4096, 4096}};

@@ -20,7 +20,9 @@ struct RateProbeOptions {
   double min_seconds = 0.3;          // per GEMM and copy measurement
 };
 
-// The device train.device names (cpu, or cuda when built and present) and its name.
+// Whether train.device means the CUDA device here (cuda, or auto with one present).
+bool uses_cuda(const Config& config);
+// The name of that device (the rate cache's key).
 std::string rate_device_name(const Config& config);
 // Probes every rate for this config's device and offload.nvme_path (NVMe rates only with one).
 MachineRates probe_rates(const Config& config, const RateProbeOptions& options = {});

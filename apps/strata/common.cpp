@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "bench/rate_probe.h"
 #include "core/cpu.h"
 #include "core/error.h"
 #include "engine/checkpoint.h"
@@ -39,8 +40,7 @@ Config load_for_resume(const ConfigArgs& args, const std::string& resume) {
 PlanMachine plan_machine(const Config& cfg, int ranks) {
   PlanMachine machine;
   machine.ranks_here = ranks;
-  const bool cuda = cfg.train.device == "cuda" || (cfg.train.device == "auto" && cuda_device_count() > 0);
-  if (cuda) {
+  if (uses_cuda(cfg)) {
     machine.device_is_host_memory = false;
     if (cuda_device_count() > 0) {
       machine.device_capacity = make_device(DeviceKind::cuda)->memory().limit_bytes;
