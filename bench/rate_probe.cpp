@@ -4,6 +4,9 @@
 #include <chrono>
 #include <ctime>
 #include <filesystem>
+#include <memory>
+
+#include <tbb/global_control.h>
 
 #include "bench/adam_bench.h"
 #include "bench/gemm_bench.h"
@@ -55,6 +58,10 @@ std::string rate_device_name(const Config& c) {
 
 MachineRates probe_rates(const Config& c, const RateProbeOptions& o) {
   MachineRates r;
+  std::unique_ptr<tbb::global_control> limit;
+  if (o.threads > 0)
+    limit = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism, size_t(o.threads));
+  r.cpu_threads = int(tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism));
   AdamBenchOptions adam;
   adam.numel = size_t{32} << 20;  // 0.9 GB per pass: far larger than the caches
   adam.repeats = 3;

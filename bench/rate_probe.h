@@ -18,6 +18,7 @@ namespace strata {
 struct RateProbeOptions {
   uint64_t io_bytes = 256ull << 20;  // NVMe bytes written, then read
   double min_seconds = 0.3;          // per GEMM and copy measurement
+  int threads = 0;                   // oneTBB threads of the CPU measurements; 0 = all
 };
 
 // Whether train.device means the CUDA device here (cuda, or auto with one present).

@@ -95,6 +95,7 @@ nlohmann::json run_sweep(Communicator& world, const SweepOptions& o) {
   // each is this rank's share and the model divides them by no one (ranks_here = 1).
   RateProbeOptions probe;
   probe.io_bytes = 0;  // the NVMe rates are the ones above
+  probe.threads = base.train.threads;  // as the rows will train
   MachineRates rates = probe_rates(base, probe);
   rates.nvme_read_gbps = read_gbps;
   rates.nvme_write_gbps = write_gbps;
@@ -191,6 +192,7 @@ nlohmann::json run_sweep(Communicator& world, const SweepOptions& o) {
                                    {"h2d_gbps", rates.h2d_gbps}, {"d2h_gbps", rates.d2h_gbps},
                                    {"nvme_read_gbps", rates.nvme_read_gbps},
                                    {"nvme_write_gbps", rates.nvme_write_gbps},
+                                   {"cpu_threads", rates.cpu_threads},
                                    {"measured_at", rates.measured_at}}},
                         {"compute_bound_ms", compute_bound},
                         {"rows", rows}};

@@ -119,6 +119,10 @@ std::optional<MachineRates> load_rates(const std::string& path, const std::strin
   r.d2h_gbps = rate(kRates[4], true);
   r.nvme_read_gbps = rate(kNvmeRates[0], !r.nvme.empty());
   r.nvme_write_gbps = rate(kNvmeRates[1], !r.nvme.empty());
+  if (!e.contains("cpu_threads") || !e["cpu_threads"].is_number_integer() || e["cpu_threads"].get<int64_t>() < 1 ||
+      e["cpu_threads"].get<int64_t>() > 1 << 20)
+    corrupt(path, str("the entry \"", key, "\" has no cpu_threads >= 1"));
+  r.cpu_threads = e["cpu_threads"].get<int>();
   if (!e.contains("measured_at") || !e["measured_at"].is_string())
     corrupt(path, str("the entry \"", key, "\" has no measured_at"));
   r.measured_at = e["measured_at"].get<std::string>();
@@ -132,7 +136,8 @@ void store_rates(const std::string& path, const std::string& key, const MachineR
   nlohmann::json e = {{"device", r.device},           {"nvme", r.nvme},
                       {"gemm_flops", r.gemm_flops},   {"adam_gbps", r.adam_gbps},
                       {"device_mem_gbps", r.device_mem_gbps}, {"h2d_gbps", r.h2d_gbps},
-                      {"d2h_gbps", r.d2h_gbps},       {"measured_at", r.measured_at}};
+                      {"d2h_gbps", r.d2h_gbps},       {"cpu_threads", r.cpu_threads},
+                      {"measured_at", r.measured_at}};
   if (!r.nvme.empty()) {
     e["nvme_read_gbps"] = r.nvme_read_gbps;
     e["nvme_write_gbps"] = r.nvme_write_gbps;

@@ -42,11 +42,16 @@ StepPrediction predict_step(const Config& c, int dp, const PlanMachine& machine,
 
   const int ranks_here = machine.ranks_here > 0 ? machine.ranks_here : dp * tp * pp;
   const bool cpu = machine.device_is_host_memory;
-  // CPU rates are shared by the ranks of this machine; a GPU's own rates are not.
+  // CPU rates are shared by the ranks of this machine; a GPU's own rates are not. The CPU's
+  // compute (GEMM on the CPU device, AdamW) runs on train.threads of the threads it was
+  // measured with.
   const double share = 1.0 / ranks_here;
-  const double gemm = rates.gemm_flops * (cpu ? share : 1.0);
-  const double adam_gbps = rates.adam_gbps * share;
-  const double device_gbps = rates.device_mem_gbps * (cpu ? share : 1.0);
+  const int measured_threads = std::max(rates.cpu_threads, 1);
+  const int threads = c.train.threads > 0 ? std::min(c.train.threads, measured_threads) : measured_threads;
+  const double cpu_share = std::min(share, double(threads) / measured_threads);
+  const double gemm = rates.gemm_flops * (cpu ? cpu_share : 1.0);
+  const double adam_gbps = rates.adam_gbps * cpu_share;
+  const double device_gbps = rates.device_mem_gbps * (cpu ? cpu_share : 1.0);
   const double h2d_gbps = rates.h2d_gbps * (cpu ? share : 1.0);
   const double d2h_gbps = rates.d2h_gbps * (cpu ? share : 1.0);
   const double read_gbps = rates.nvme_read_gbps * share, write_gbps = rates.nvme_write_gbps * share;

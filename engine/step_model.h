@@ -22,7 +22,9 @@
 // Not counted: the data-parallel collectives (all-gather, reduce-scatter) and tensor / pipeline
 // parallel traffic, non-GEMM ops (norms, softmax, casts: the step is slower by about 1 − MFU),
 // the pipeline bubble, and contention between a pass's NVMe reads and the optimizer's. CPU
-// rates (GEMM on the CPU device, AdamW, NVMe) are shared by the ranks on one machine.
+// rates (GEMM on the CPU device, AdamW, copies, NVMe) are shared by the ranks on one machine;
+// the CPU's compute rates scale with train.threads against the threads they were measured with
+// (each rank gets min(1 / ranks, threads / measured threads) of them).
 #pragma once
 
 #include <string>
@@ -44,6 +46,7 @@ struct MachineRates {
   double d2h_gbps = 0;         // device → host copies
   double nvme_read_gbps = 0;   // over offload.nvme_path (bench/io_bench.h), 0 without one
   double nvme_write_gbps = 0;
+  int cpu_threads = 0;         // oneTBB threads the CPU rates (GEMM on the CPU device, AdamW) used
   std::string measured_at;     // UTC, ISO 8601
   std::string source;          // where they came from: a cache file, or "measured now" (not stored)
 };

@@ -31,6 +31,7 @@ MachineRates rates() {
   r.d2h_gbps = 20;
   r.nvme_read_gbps = 2;
   r.nvme_write_gbps = 1.5;
+  r.cpu_threads = 2;
   r.measured_at = "2026-12-01T17:00:00Z";
   return r;
 }
@@ -202,6 +203,26 @@ TEST(StepModel, OverlapHidesTheOptimizerBehindTheForwardOnly) {
   EXPECT_NEAR(predict_step(c, 1, cpu, r).step_ms, off.step_ms, 1e-9);
 }
 
+// On the CPU device the GEMM and AdamW rates are the measured threads' and are shared: a rank
+// gets min(1 / ranks on the machine, train.threads / measured threads) of them.
+TEST(StepModel, CpuRatesFollowThreadsAndRanks) {
+  PlanMachine cpu = gpu_machine();
+  cpu.device_is_host_memory = true;
+  Config c = placed(small(""), Tier::device, Tier::device);
+  const double all = predict_step(c, 1, cpu, rates()).compute_ms;
+  c.train.threads = 1;  // half the threads the rates were measured with
+  EXPECT_NEAR(predict_step(c, 1, cpu, rates()).compute_ms, 2 * all, 1e-9 * all);
+  cpu.ranks_here = 2;  // two ranks of one thread each on the 2 measured threads: still half each
+  EXPECT_NEAR(predict_step(c, 1, cpu, rates()).compute_ms, 2 * all, 1e-9 * all);
+  c.train.threads = 0;  // two ranks sharing all threads
+  EXPECT_NEAR(predict_step(c, 1, cpu, rates()).compute_ms, 2 * all, 1e-9 * all);
+  // A GPU's GEMM rate is its own.
+  PlanMachine gpu = gpu_machine();
+  gpu.ranks_here = 2;
+  c.train.threads = 1;
+  EXPECT_NEAR(predict_step(c, 1, gpu, rates()).compute_ms, all, 1e-9 * all);
+}
+
 TEST(StepModel, UnresolvedAutoIsNeverAllocated) {
   Config c = small("");
   c.offload.optimizer.automatic = true;
@@ -222,6 +243,7 @@ TEST(RateCache, RoundTrip) {
   EXPECT_EQ(back->gemm_flops, 100e9);
   EXPECT_EQ(back->nvme_read_gbps, 2);
   EXPECT_EQ(back->nvme_write_gbps, 1.5);
+  EXPECT_EQ(back->cpu_threads, 2);
   EXPECT_EQ(back->measured_at, "2026-12-01T17:00:00Z");
   EXPECT_EQ(back->source, path);
   EXPECT_EQ(load_rates(path, rate_cache_key("other", ""))->gemm_flops, 5e9);
