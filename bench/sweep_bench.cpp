@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "bench/comm_bench.h"
 #include "bench/io_bench.h"
 #include "bench/rate_probe.h"
 #include "core/error.h"
@@ -99,6 +100,19 @@ nlohmann::json run_sweep(Communicator& world, const SweepOptions& o) {
   MachineRates rates = probe_rates(base, probe);
   rates.nvme_read_gbps = read_gbps;
   rates.nvme_write_gbps = write_gbps;
+  // The data-parallel collectives' rate: one all-gather and one reduce-scatter of 64M, on the
+  // CPU device only (bench comm runs MPI on host buffers, not NCCL).
+  if (world.size() > 1 && !uses_cuda(base)) {
+    CommBenchOptions cb;
+    cb.min_bytes = cb.max_bytes = 64ull << 20;
+    double bytes = 0, us = 0;
+    for (const auto& row : run_comm_bench(world, cb)["results"])
+      if (row["op"] == "all_gather" || row["op"] == "reduce_scatter") {
+        bytes += row["size"].get<double>();
+        us += row["time_us"].get<double>();
+      }
+    rates.comm_gbps = us > 0 ? bytes / (us * 1e-6) / 1e9 : 0.0;
+  }
   PlanMachine model_machine;
   model_machine.device_is_host_memory = !uses_cuda(base);
   model_machine.ranks_here = 1;
@@ -164,6 +178,7 @@ nlohmann::json run_sweep(Communicator& world, const SweepOptions& o) {
                     {"predicted_bottleneck", pred.bottleneck},
                     {"measured_over_predicted", pred.step_ms > 0 ? mean(step) / pred.step_ms : 0.0},
                     {"predicted", {{"forward_ms", pred.forward_ms}, {"backward_ms", pred.backward_ms},
+                                   {"comm_ms", pred.comm_ms},
                                    {"compute_ms", pred.compute_ms}, {"nvme_ms", pred.nvme_ms},
                                    {"copy_ms", pred.copy_ms}, {"optimizer_ms", pred.optimizer_ms},
                                    {"exposed_optimizer_ms", pred.exposed_optimizer_ms},
@@ -193,6 +208,7 @@ nlohmann::json run_sweep(Communicator& world, const SweepOptions& o) {
                                    {"nvme_read_gbps", rates.nvme_read_gbps},
                                    {"nvme_write_gbps", rates.nvme_write_gbps},
                                    {"cpu_threads", rates.cpu_threads},
+                                   {"comm_gbps", rates.comm_gbps},
                                    {"measured_at", rates.measured_at}}},
                         {"compute_bound_ms", compute_bound},
                         {"rows", rows}};

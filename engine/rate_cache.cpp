@@ -119,6 +119,7 @@ std::optional<MachineRates> load_rates(const std::string& path, const std::strin
   r.d2h_gbps = rate(kRates[4], true);
   r.nvme_read_gbps = rate(kNvmeRates[0], !r.nvme.empty());
   r.nvme_write_gbps = rate(kNvmeRates[1], !r.nvme.empty());
+  r.comm_gbps = rate("comm_gbps", false);  // only a run with peers measures it
   if (!e.contains("cpu_threads") || !e["cpu_threads"].is_number_integer() || e["cpu_threads"].get<int64_t>() < 1 ||
       e["cpu_threads"].get<int64_t>() > 1 << 20)
     corrupt(path, str("the entry \"", key, "\" has no cpu_threads >= 1"));
@@ -138,6 +139,7 @@ void store_rates(const std::string& path, const std::string& key, const MachineR
                       {"device_mem_gbps", r.device_mem_gbps}, {"h2d_gbps", r.h2d_gbps},
                       {"d2h_gbps", r.d2h_gbps},       {"cpu_threads", r.cpu_threads},
                       {"measured_at", r.measured_at}};
+  if (r.comm_gbps > 0) e["comm_gbps"] = r.comm_gbps;
   if (!r.nvme.empty()) {
     e["nvme_read_gbps"] = r.nvme_read_gbps;
     e["nvme_write_gbps"] = r.nvme_write_gbps;

@@ -37,8 +37,11 @@ StepPrediction predict_step(const Config& c, int dp, const PlanMachine& machine,
   STRATA_CHECK(stage >= 0 && stage < pp, "plan::step_model", "stage ", stage, " of ", pp);
   const Placement pl = zero_options(c).placement;  // refuses an unresolved "auto"
   const LlamaModel model(c.model, dp, tp, 0, pipeline_partition(c)[size_t(stage)]);
-  double shard = 0;  // elements of this rank's shards
-  for (const auto& u : model.units()) shard += double(u.layout.shard_numel());
+  double shard = 0, padded = 0;  // elements of this rank's shards, and of the whole units
+  for (const auto& u : model.units()) {
+    shard += double(u.layout.shard_numel());
+    padded += double(u.layout.padded_numel());
+  }
 
   const int ranks_here = machine.ranks_here > 0 ? machine.ranks_here : dp * tp * pp;
   const bool cpu = machine.device_is_host_memory;
@@ -101,14 +104,30 @@ StepPrediction predict_step(const Config& c, int dp, const PlanMachine& machine,
   b.adam = shard * (4.0 + 2.0 * pl.optimizer_state_bytes()) +
            (pl.param_is_master() ? 0.0 : P);
 
-  // The passes: reads and copies run ahead of compute (offload.prefetch, zero.prefetch).
+  // Collectives (dp > 1), as the engine counts comm_bytes: each gather all-gathers the unit's
+  // compute copy, each micro-batch's backward reduce-scatters its f32 gradients.
+  double fwd_comm = 0, bwd_comm = 0;
+  if (dp > 1) {
+    fwd_comm = fwd_gathers * padded * double(pl.param_elem_bytes());
+    bwd_comm = bwd_gathers * padded * double(pl.param_elem_bytes()) + m * padded * 4;
+  }
+  b.comm = fwd_comm + bwd_comm;
+  const bool count_comm = dp > 1 && rates.comm_gbps > 0;
+  const double fwd_comm_ms = count_comm ? transfer_ms(fwd_comm, rates.comm_gbps, "communication") : 0;
+  const double bwd_comm_ms = count_comm ? transfer_ms(bwd_comm, rates.comm_gbps, "communication") : 0;
+  p.comm_ms = fwd_comm_ms + bwd_comm_ms;
+
+  // The passes: reads and copies run ahead of compute (offload.prefetch, zero.prefetch); so do
+  // the collectives on a GPU, while on the CPU device their copies take the compute's cores.
   const double fwd_read_ms = transfer_ms(fwd_read, read_gbps, "NVMe read");
   const double bwd_read_ms = transfer_ms(bwd_read, read_gbps, "NVMe read");
   const double fwd_copy_ms = transfer_ms(fwd_h2d, h2d_gbps, "host-to-device copy");
   const double bwd_copy_ms = transfer_ms(bwd_h2d, h2d_gbps, "host-to-device copy") +
                              transfer_ms(bwd_d2h, d2h_gbps, "device-to-host copy");
-  p.forward_ms = std::max({fwd_compute, fwd_read_ms, fwd_copy_ms});
-  p.backward_ms = std::max({bwd_compute, bwd_read_ms, bwd_copy_ms});
+  const double fwd_busy = cpu ? fwd_compute + fwd_comm_ms : std::max(fwd_compute, fwd_comm_ms);
+  const double bwd_busy = cpu ? bwd_compute + bwd_comm_ms : std::max(bwd_compute, bwd_comm_ms);
+  p.forward_ms = std::max({fwd_busy, fwd_read_ms, fwd_copy_ms});
+  p.backward_ms = std::max({bwd_busy, bwd_read_ms, bwd_copy_ms});
 
   // The optimizer step.
   const double opt_copy_ms = transfer_ms(opt_h2d, h2d_gbps, "host-to-device copy") +
@@ -142,12 +161,16 @@ StepPrediction predict_step(const Config& c, int dp, const PlanMachine& machine,
 
   // The bottleneck: the largest share of the step — compute, the excess of a pass over its
   // compute (reads or copies), or the optimizer's exposed part.
-  double read_excess = 0, copy_excess = 0;
-  for (auto [pass, compute, read, copy] : {std::array{p.forward_ms, fwd_compute, fwd_read_ms, fwd_copy_ms},
-                                           std::array{p.backward_ms, bwd_compute, bwd_read_ms, bwd_copy_ms}})
-    (read >= copy ? read_excess : copy_excess) += pass - compute;
-  const std::array<std::pair<double, std::string>, 4> parts = {{
+  double read_excess = 0, copy_excess = 0, comm_excess = 0;
+  for (auto [pass, compute, busy, read, copy] :
+       {std::array{p.forward_ms, fwd_compute, fwd_busy, fwd_read_ms, fwd_copy_ms},
+        std::array{p.backward_ms, bwd_compute, bwd_busy, bwd_read_ms, bwd_copy_ms}}) {
+    comm_excess += busy - compute;
+    (read >= copy ? read_excess : copy_excess) += pass - busy;
+  }
+  const std::array<std::pair<double, std::string>, 5> parts = {{
       {p.compute_ms, "compute"},
+      {comm_excess, "communication"},
       {read_excess, "nvme (parameter reads)"},
       {copy_excess, "host-device copies"},
       {p.exposed_optimizer_ms, opt_kind},

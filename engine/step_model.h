@@ -9,8 +9,14 @@
 //   per rank and step, m = train.grad_accum micro-batches of B × T tokens,
 //   F = LlamaModel::train_flops_per_token(T) × m·B·T (matmuls + causal attention),
 //   compute_fwd = F/3 ÷ gemm,  compute_bwd = 2F/3 ÷ gemm (+ F/3 with activation checkpointing)
-//   pass time   = max(compute of the pass, its NVMe parameter reads ÷ read rate,
+//   pass time   = max(compute of the pass (+ its collectives on the CPU device, whose cores
+//                     copy them), its collectives ÷ comm rate (a GPU overlaps them),
+//                     its NVMe parameter reads ÷ read rate,
 //                     its host→device (and, in backward, gradient device→host) bytes ÷ copy rate)
+//   collectives = dp > 1: all-gathered bytes per gather (forward, backward) + the gradients
+//                 reduce-scattered per micro-batch, at the all-gather's algbw (bench/comm_bench.h),
+//                 counted only when that rate was measured (the sweep does; a one-process probe
+//                 cannot)
 //   optimizer   = device AdamW: bytes ÷ device bandwidth;
 //                 host / NVMe: max(CPU AdamW bytes ÷ AdamW rate, NVMe read ÷ r + write ÷ w)
 //                              + the refreshed compute copy ÷ copy rate (params on the device)
@@ -19,7 +25,7 @@
 //               = bwd + max(fwd + AdamW, optimizer NVMe time)   (overlap on the CPU device: the
 //                                                                 AdamW shares the compute cores)
 //
-// Not counted: the data-parallel collectives (all-gather, reduce-scatter) and tensor / pipeline
+// Not counted: the data-parallel collectives when no comm rate was measured, tensor / pipeline
 // parallel traffic, non-GEMM ops (norms, softmax, casts: the step is slower by about 1 − MFU),
 // the pipeline bubble, and contention between a pass's NVMe reads and the optimizer's. CPU
 // rates (GEMM on the CPU device, AdamW, copies, NVMe) are shared by the ranks on one machine;
@@ -46,6 +52,7 @@ struct MachineRates {
   double d2h_gbps = 0;         // device → host copies
   double nvme_read_gbps = 0;   // over offload.nvme_path (bench/io_bench.h), 0 without one
   double nvme_write_gbps = 0;
+  double comm_gbps = 0;        // data-parallel all-gather algbw (size / time); 0: not measured
   int cpu_threads = 0;         // oneTBB threads the CPU rates (GEMM on the CPU device, AdamW) used
   std::string measured_at;     // UTC, ISO 8601
   std::string source;          // where they came from: a cache file, or "measured now" (not stored)
@@ -57,6 +64,7 @@ struct StepBytes {
   double nvme_read = 0, nvme_write = 0; // all NVMe traffic
   double nvme_param_read = 0;           // of which compute-copy reads during the passes
   double adam = 0;                      // bytes the AdamW pass reads and writes
+  double comm = 0;                      // data-parallel collectives (as the engine counts them)
 };
 
 struct StepPrediction {
@@ -64,10 +72,11 @@ struct StepPrediction {
   double compute_ms = 0;         // GEMM FLOPs at the GEMM rate, forward + backward (+ recompute)
   double nvme_ms = 0;            // every NVMe byte at its rate (some of it hidden)
   double copy_ms = 0;            // every host ⇄ device byte at its rate (some of it hidden)
+  double comm_ms = 0;            // the data-parallel collectives at the comm rate (0: not counted)
   double optimizer_ms = 0;       // the optimizer step on its own
   double exposed_optimizer_ms = 0;  // the part of it the step waits for
   double step_ms = 0;
-  std::string bottleneck;        // "compute", "nvme (parameter reads)", "host-device copies",
+  std::string bottleneck;        // "compute", "communication", "nvme (parameter reads)", "host-device copies",
                                  // "optimizer (cpu adamw)", "optimizer (nvme)", "optimizer (device)"
   StepBytes bytes;
 };

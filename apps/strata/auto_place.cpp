@@ -20,6 +20,10 @@ std::string rates_text(const MachineRates& r) {
                 r.source.c_str(), r.measured_at.c_str(), r.device.c_str(), r.cpu_threads, r.gemm_flops / 1e9, r.adam_gbps,
                 r.device_mem_gbps, r.h2d_gbps, r.d2h_gbps);
   std::string t = line;
+  if (r.comm_gbps > 0) {
+    std::snprintf(line, sizeof line, ", collectives %.2f GB/s", r.comm_gbps);
+    t += line;
+  }
   if (!r.nvme.empty()) {
     std::snprintf(line, sizeof line, ", NVMe read %.2f GB/s, write %.2f GB/s (%s)", r.nvme_read_gbps,
                   r.nvme_write_gbps, r.nvme.c_str());
@@ -32,7 +36,8 @@ nlohmann::json rates_json(const MachineRates& r) {
   return {{"source", r.source},       {"measured_at", r.measured_at},   {"device", r.device},
           {"nvme", r.nvme},           {"gemm_flops", r.gemm_flops},     {"adam_gbps", r.adam_gbps},
           {"device_mem_gbps", r.device_mem_gbps}, {"h2d_gbps", r.h2d_gbps}, {"d2h_gbps", r.d2h_gbps},
-          {"nvme_read_gbps", r.nvme_read_gbps}, {"nvme_write_gbps", r.nvme_write_gbps}, {"cpu_threads", r.cpu_threads}};
+          {"nvme_read_gbps", r.nvme_read_gbps}, {"nvme_write_gbps", r.nvme_write_gbps}, {"cpu_threads", r.cpu_threads},
+          {"comm_gbps", r.comm_gbps}};
 }
 
 std::string auto_plan_table(const AutoPlan& plan) {
@@ -77,7 +82,7 @@ nlohmann::json auto_plan_json(const AutoPlan& plan, const MachineRates& rates) {
                                         {"adam", p.bytes.adam}}},
                     {"predicted", {{"step_ms", p.step_ms}, {"forward_ms", p.forward_ms},
                                    {"backward_ms", p.backward_ms}, {"compute_ms", p.compute_ms},
-                                   {"nvme_ms", p.nvme_ms}, {"copy_ms", p.copy_ms},
+                                   {"nvme_ms", p.nvme_ms}, {"copy_ms", p.copy_ms}, {"comm_ms", p.comm_ms},
                                    {"optimizer_ms", p.optimizer_ms},
                                    {"exposed_optimizer_ms", p.exposed_optimizer_ms},
                                    {"bottleneck", p.bottleneck}}}});

@@ -69,6 +69,9 @@ void register_plan(CLI::App& app) {
                     cfg.offload.overlap_optimizer ? ", optimizer overlapped with the next forward" : "");
         std::printf("%s\n  (the rate cache: %s; --reprobe measures again)\n", rates_text(rl.rates).c_str(),
                     rl.cache_path.c_str());
+        if (dp > 1 && !(rl.rates.comm_gbps > 0))
+          std::printf("  (the %d-rank collectives are not counted: a one-process probe cannot measure "
+                      "them; `strata bench sweep` under mpirun does)\n", dp);
         std::printf("%s", auto_plan_table(plan).c_str());
       }
       const PlacementCandidate& k = chosen_placement(plan);  // an Error naming the limits when none fits

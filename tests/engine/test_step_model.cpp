@@ -223,6 +223,32 @@ TEST(StepModel, CpuRatesFollowThreadsAndRanks) {
   EXPECT_NEAR(predict_step(c, 1, gpu, rates()).compute_ms, all, 1e-9 * all);
 }
 
+// dp > 1: the collectives the engine counts (an all-gather per gather, a reduce-scatter per
+// micro-batch), counted only with a measured rate; the CPU device's cores copy them (added to
+// the pass), a GPU overlaps them with compute.
+TEST(StepModel, CollectivesWithAMeasuredRate) {
+  Config c = placed(small(""), Tier::device, Tier::device);
+  double padded = 0;
+  const LlamaModel model(c.model, 2);
+  for (const auto& u : model.units()) padded += double(u.layout.padded_numel());
+  MachineRates r = rates();
+  const StepPrediction none = predict_step(c, 2, gpu_machine(), r);
+  EXPECT_DOUBLE_EQ(none.bytes.comm, 2 * padded * 4 + padded * 4);
+  EXPECT_EQ(none.comm_ms, 0);  // no rate: not counted
+  r.comm_gbps = 1000;  // far faster than compute: a GPU hides it
+  const StepPrediction fast = predict_step(c, 2, gpu_machine(), r);
+  EXPECT_GT(fast.comm_ms, 0);
+  EXPECT_DOUBLE_EQ(fast.step_ms, none.step_ms);
+  PlanMachine cpu = gpu_machine();
+  cpu.device_is_host_memory = true;
+  const StepPrediction cpu_none = predict_step(c, 2, cpu, rates());
+  const StepPrediction cpu_fast = predict_step(c, 2, cpu, r);
+  EXPECT_NEAR(cpu_fast.step_ms, cpu_none.step_ms + cpu_fast.comm_ms, 1e-9 * cpu_fast.step_ms);
+  r.comm_gbps = 1e-3;  // far slower: the bottleneck
+  EXPECT_EQ(predict_step(c, 2, gpu_machine(), r).bottleneck, "communication");
+  EXPECT_EQ(predict_step(c, 2, cpu, r).bottleneck, "communication");
+}
+
 TEST(StepModel, UnresolvedAutoIsNeverAllocated) {
   Config c = small("");
   c.offload.optimizer.automatic = true;
