@@ -106,7 +106,8 @@ nlohmann::json run_sweep(Communicator& world, const SweepOptions& o) {
     CommBenchOptions cb;
     cb.min_bytes = cb.max_bytes = 64ull << 20;
     double bytes = 0, us = 0;
-    for (const auto& row : run_comm_bench(world, cb)["results"])
+    const nlohmann::json comm = run_comm_bench(world, cb);
+    for (const auto& row : comm["results"])
       if (row["op"] == "all_gather" || row["op"] == "reduce_scatter") {
         bytes += row["size"].get<double>();
         us += row["time_us"].get<double>();

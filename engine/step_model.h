@@ -14,7 +14,7 @@
 //                     its NVMe parameter reads ÷ read rate,
 //                     its host→device (and, in backward, gradient device→host) bytes ÷ copy rate)
 //   collectives = dp > 1: all-gathered bytes per gather (forward, backward) + the gradients
-//                 reduce-scattered per micro-batch, at the all-gather's algbw (bench/comm_bench.h),
+//                 reduce-scattered per micro-batch, at comm_gbps (bench/comm_bench.h),
 //                 counted only when that rate was measured (the sweep does; a one-process probe
 //                 cannot)
 //   optimizer   = device AdamW: bytes ÷ device bandwidth;
@@ -52,7 +52,8 @@ struct MachineRates {
   double d2h_gbps = 0;         // device → host copies
   double nvme_read_gbps = 0;   // over offload.nvme_path (bench/io_bench.h), 0 without one
   double nvme_write_gbps = 0;
-  double comm_gbps = 0;        // data-parallel all-gather algbw (size / time); 0: not measured
+  double comm_gbps = 0;        // data-parallel collectives: a 64M all-gather and reduce-scatter
+                               // together, bytes (gathered / reduced) ÷ time; 0: not measured
   int cpu_threads = 0;         // oneTBB threads the CPU rates (GEMM on the CPU device, AdamW) used
   std::string measured_at;     // UTC, ISO 8601
   std::string source;          // where they came from: a cache file, or "measured now" (not stored)
