@@ -8,7 +8,9 @@
 //
 //   per rank and step, m = train.grad_accum micro-batches of B × T tokens,
 //   F = LlamaModel::train_flops_per_token(T) × m·B·T (matmuls + causal attention),
-//   compute_fwd = F/3 ÷ gemm,  compute_bwd = 2F/3 ÷ gemm (+ F/3 with activation checkpointing)
+//   compute_fwd = F/3 ÷ gemm,  compute_bwd = 2F/3 ÷ gemm (+ F/3 with activation checkpointing:
+//                 the recompute runs inside the backward's gather, so it reads no more bytes);
+//                 tensor and pipeline parallelism divide F evenly by tp × pp
 //   pass time   = max(compute of the pass (+ its collectives on the CPU device, whose cores
 //                     copy them), its collectives ÷ comm rate (a GPU overlaps them),
 //                     its NVMe parameter reads ÷ read rate,
