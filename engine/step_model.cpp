@@ -206,8 +206,10 @@ AutoPlan plan_placements(const Config& c, int dp, const PlanMachine& machine,
   // Optimizer first (its 12 of 16 bytes move the most), then params, then grads.
   for (Tier opt : options(o.optimizer, tiers))
     for (Tier params : options(o.params, tiers))
-      for (Tier grads : options(o.grads, {Tier::device, Tier::host})) {
-        if (opt != Tier::device && grads != Tier::host) continue;  // gradients follow the optimizer
+      // With the optimizer off the device the gradients are in host memory whatever offload.grads
+      // says (Placement::grads_tier), so a fixed grads = device does not rule those out.
+      for (Tier grads : opt != Tier::device ? std::vector<Tier>{Tier::host}
+                                            : options(o.grads, {Tier::device, Tier::host})) {
         if (opt == Tier::device && params != Tier::device && !machine.device_is_host_memory)
           continue;  // the device AdamW cannot write a compute copy off the device (zero.cpp)
         if (grads == Tier::nvme) continue;

@@ -121,6 +121,15 @@ TEST(StepModel, KeepsTheTiersThatAreNotAuto) {
   const AutoPlan plan = plan_placements(c, 1, gpu_machine(), rates());
   ASSERT_FALSE(plan.candidates.empty());
   for (const auto& k : plan.candidates) EXPECT_EQ(k.params, Tier::host) << k.name();
+  // grads left at its default (device) still lets the optimizer go off the device: the
+  // gradients then live in host memory anyway.
+  Config d = small(scratch_dir());
+  d.offload.optimizer.automatic = true;
+  d.offload.device_mem_limit = plan_placements(d, 1, gpu_machine(), rates()).candidates.front().device_bytes - 1;
+  const AutoPlan off = plan_placements(d, 1, gpu_machine(), rates());
+  const PlacementCandidate& k = chosen_placement(off);
+  EXPECT_NE(k.optimizer, Tier::device) << k.name();
+  EXPECT_EQ(k.grads, Tier::host) << k.name();
 }
 
 TEST(StepModel, RefusesWhenNothingFitsNamingTheLimits) {
