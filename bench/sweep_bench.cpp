@@ -5,11 +5,14 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "bench/comm_bench.h"
 #include "bench/io_bench.h"
+#include "bench/rate_probe.h"
 #include "core/error.h"
 #include "core/size.h"
 #include "comm/comm.h"
 #include "engine/config.h"
+#include "engine/step_model.h"
 #include "engine/trainer.h"
 #include "report/chart.h"
 #include "report/metrics_report.h"  // write_output
@@ -89,6 +92,32 @@ nlohmann::json run_sweep(Communicator& world, const SweepOptions& o) {
     read_gbps = io.value("read_gbps", 0.0);
     write_gbps = io.value("write_gbps", 0.0);
   }
+  // The step model's other rates, measured now by every rank at once (as the NVMe rate is), so
+  // each is this rank's share and the model divides them by no one (ranks_here = 1).
+  RateProbeOptions probe;
+  probe.io_bytes = 0;  // the NVMe rates are the ones above
+  probe.threads = base.train.threads;  // as the rows will train
+  MachineRates rates = probe_rates(base, probe);
+  rates.nvme_read_gbps = read_gbps;
+  rates.nvme_write_gbps = write_gbps;
+  // The data-parallel collectives' rate: one all-gather and one reduce-scatter of 64M, on the
+  // CPU device only (bench comm runs MPI on host buffers, not NCCL).
+  if (world.size() > 1 && !uses_cuda(base)) {
+    CommBenchOptions cb;
+    cb.min_bytes = cb.max_bytes = 64ull << 20;
+    double bytes = 0, us = 0;
+    const nlohmann::json comm = run_comm_bench(world, cb);
+    for (const auto& row : comm["results"])
+      if (row["op"] == "all_gather" || row["op"] == "reduce_scatter") {
+        bytes += row["size"].get<double>();
+        us += row["time_us"].get<double>();
+      }
+    rates.comm_gbps = us > 0 ? bytes / (us * 1e-6) / 1e9 : 0.0;
+  }
+  PlanMachine model_machine;
+  model_machine.device_is_host_memory = !uses_cuda(base);
+  model_machine.ranks_here = 1;
+  const int dp = world.size() / (base.parallel.tp * base.parallel.pp);
 
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& p : placements) {
@@ -126,6 +155,7 @@ nlohmann::json run_sweep(Communicator& world, const SweepOptions& o) {
       zmem = t.state_memory();
       device_peak = summary.device_peak_bytes;
     }
+    const StepPrediction pred = predict_step(c, dp, model_machine, rates);
     const double nvme_bytes = mean(nr) + mean(nw);
     const double io_ms = (read_gbps > 0 && write_gbps > 0)
                              ? (mean(nr) / (read_gbps * 1e9) + mean(nw) / (write_gbps * 1e9)) * 1e3
@@ -145,6 +175,17 @@ nlohmann::json run_sweep(Communicator& world, const SweepOptions& o) {
                                         {"nvme_write", mean(nw)}, {"comm", mean(comm)}}},
                     {"nvme_bytes_per_step", nvme_bytes},
                     {"io_bound_ms", io_ms},
+                    {"predicted_step_ms", pred.step_ms},
+                    {"predicted_bottleneck", pred.bottleneck},
+                    {"measured_over_predicted", pred.step_ms > 0 ? mean(step) / pred.step_ms : 0.0},
+                    {"predicted", {{"forward_ms", pred.forward_ms}, {"backward_ms", pred.backward_ms},
+                                   {"comm_ms", pred.comm_ms},
+                                   {"compute_ms", pred.compute_ms}, {"nvme_ms", pred.nvme_ms},
+                                   {"copy_ms", pred.copy_ms}, {"optimizer_ms", pred.optimizer_ms},
+                                   {"exposed_optimizer_ms", pred.exposed_optimizer_ms},
+                                   {"bytes_per_step", {{"h2d", pred.bytes.h2d}, {"d2h", pred.bytes.d2h},
+                                                       {"nvme_read", pred.bytes.nvme_read},
+                                                       {"nvme_write", pred.bytes.nvme_write}}}}},
                     {"loss_last", summary.losses.empty() ? 0.0 : summary.losses.back()}});
   }
   // Overlap against the bounds: the all-device row (when present) is the compute bound.
@@ -162,6 +203,14 @@ nlohmann::json run_sweep(Communicator& world, const SweepOptions& o) {
                         {"io_bench", io},
                         {"nvme_read_gbps", read_gbps},
                         {"nvme_write_gbps", write_gbps},
+                        {"rates", {{"device", rates.device}, {"gemm_flops", rates.gemm_flops},
+                                   {"adam_gbps", rates.adam_gbps}, {"device_mem_gbps", rates.device_mem_gbps},
+                                   {"h2d_gbps", rates.h2d_gbps}, {"d2h_gbps", rates.d2h_gbps},
+                                   {"nvme_read_gbps", rates.nvme_read_gbps},
+                                   {"nvme_write_gbps", rates.nvme_write_gbps},
+                                   {"cpu_threads", rates.cpu_threads},
+                                   {"comm_gbps", rates.comm_gbps},
+                                   {"measured_at", rates.measured_at}}},
                         {"compute_bound_ms", compute_bound},
                         {"rows", rows}};
   if (world.rank() == 0 && !o.out_prefix.empty()) {
@@ -177,11 +226,21 @@ std::string sweep_csv(const nlohmann::json& s) {
       "placement,params,optimizer,grads,tokens_per_s,step_ms,compute_ms,wait_io_ms,wait_comm_ms,"
       "optimizer_ms,device_peak_bytes,pinned_bytes,host_state_bytes,nvme_bytes,host_rss_bytes,"
       "h2d_bytes_per_step,d2h_bytes_per_step,nvme_read_bytes_per_step,nvme_write_bytes_per_step,"
-      "comm_bytes_per_step,io_bound_ms,bound_ms,step_over_bound\n";
+      "comm_bytes_per_step,io_bound_ms,bound_ms,step_over_bound,predicted_step_ms,predicted_bottleneck,"
+      "measured_over_predicted\n";
   for (const auto& r : s["rows"]) {
     char line[1024];
+    // Sweeps saved before the step model have no prediction: empty cells.
+    std::string predicted = ",,";
+    if (r.contains("predicted_step_ms")) {
+      char cells[160];
+      std::snprintf(cells, sizeof cells, "%.1f,%s,%.3f", r["predicted_step_ms"].get<double>(),
+                    r["predicted_bottleneck"].get<std::string>().c_str(),
+                    r["measured_over_predicted"].get<double>());
+      predicted = cells;
+    }
     std::snprintf(line, sizeof line,
-                  "%s,%s,%s,%s,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f,%llu,%llu,%llu,%llu,%llu,%.0f,%.0f,%.0f,%.0f,%.0f,%.1f,%.1f,%.3f\n",
+                  "%s,%s,%s,%s,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f,%llu,%llu,%llu,%llu,%llu,%.0f,%.0f,%.0f,%.0f,%.0f,%.1f,%.1f,%.3f,%s\n",
                   r["placement"].get<std::string>().c_str(), r["params"].get<std::string>().c_str(),
                   r["optimizer"].get<std::string>().c_str(), r["grads"].get<std::string>().c_str(),
                   r["tokens_per_s"].get<double>(), r["step_ms"].get<double>(),
@@ -196,7 +255,7 @@ std::string sweep_csv(const nlohmann::json& s) {
                   r["bytes_per_step"]["nvme_read"].get<double>(),
                   r["bytes_per_step"]["nvme_write"].get<double>(), r["bytes_per_step"]["comm"].get<double>(),
                   r["io_bound_ms"].get<double>(), r["bound_ms"].get<double>(),
-                  r["step_over_bound"].get<double>());
+                  r["step_over_bound"].get<double>(), predicted.c_str());
     out += line;
   }
   return out;
@@ -210,7 +269,7 @@ std::string sweep_svg(const nlohmann::json& s) {
   chart::Figure f;
   f.title = str("strata bench sweep: device memory against throughput (", ranks, " rank", ranks == 1 ? "" : "s", ")");
   f.columns = 1;
-  f.panel_width = 740;
+  f.panel_width = 860;  // room for the legend lines with their predictions
   f.panel_height = 370;
   f.legend_below = true;
   chart::Panel p;
@@ -237,15 +296,37 @@ std::string sweep_svg(const nlohmann::json& s) {
     pt.label = std::to_string(i + 1);
     pt.label_dy = 10 + 12.0 * (i % 3);  // points that coincide keep each number legible
     p.series.push_back(std::move(pt));
-    char text[512];
-    std::snprintf(text, sizeof text, "%d  %s (params:optimizer): %.0f tok/s, device %s, host %s, nvme %s",
+    std::string predicted;
+    if (r.contains("predicted_step_ms") && r["predicted_step_ms"].get<double>() > 0) {
+      // A dashed line from the measured point to a small dot at the predicted throughput.
+      const double ratio = r["measured_over_predicted"].get<double>();
+      const double predicted_tps = tps * ratio;  // same tokens per step, predicted step time
+      chart::Series pr;
+      pr.name = str(placement, " predicted");
+      pr.color = chart::palette(size_t(i));
+      pr.x = {tps, predicted_tps};
+      pr.y = {double(device), double(device)};
+      pr.dashed = true;
+      pr.markers = true;
+      pr.marker_radius = 3;
+      p.series.push_back(std::move(pr));
+      char t[160];
+      std::snprintf(t, sizeof t, "; predicted %.0f (step %.2fx)", predicted_tps, ratio);
+      predicted = t;
+    }
+    char text[768];
+    std::snprintf(text, sizeof text, "%d  %s (params:optimizer): %.0f tok/s, device %s, host %s, nvme %s%s",
                   i + 1, placement.c_str(), tps, format_bytes(device).c_str(),
                   format_bytes(r["peak_bytes"]["host_state"].get<uint64_t>() +
                                r["peak_bytes"]["pinned"].get<uint64_t>()).c_str(),
-                  format_bytes(r["peak_bytes"]["nvme"].get<uint64_t>()).c_str());
+                  format_bytes(r["peak_bytes"]["nvme"].get<uint64_t>()).c_str(), predicted.c_str());
     f.legend.push_back({text, chart::palette(size_t(i)), false, false, true});
     ++i;
   }
+  if (p.series.size() > s["rows"].size())
+    f.legend.push_back({"to the small dot: predicted tok/s (step model, rates of this run); "
+                        "step Nx = measured / predicted step time",
+                        "#555555", true, true, false});
   f.panels.push_back(std::move(p));
   return chart::render_svg(f);
 }

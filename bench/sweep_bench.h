@@ -6,7 +6,10 @@
 // The NVMe rate of the same run (a `strata bench io` pass over offload.nvme_path) sets each
 // row's I/O bound — the step's NVMe bytes at that rate — so overlap can be judged:
 // step_ms / max(compute bound, I/O bound), where the compute bound is the all-device row's
-// step time. The first step of each row is warm-up and not timed. Collective under mpirun.
+// step time. Each row also carries the step model's prediction (engine/step_model.h) from the
+// GEMM, AdamW, copy and NVMe rates measured in the same run by every rank at once (so each is a
+// rank's share): predicted_step_ms, predicted_bottleneck and measured_over_predicted.
+// The first step of each row is warm-up and not timed. Collective under mpirun.
 #pragma once
 
 #include <string>

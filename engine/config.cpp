@@ -59,7 +59,7 @@ enum class Kind { integer, real, boolean, string, size, choice, string_list, int
 
 // Where a key's value lives. A choice key is stored either as its enum (choice i ↔ enum value i)
 // or as the chosen string.
-using Field = std::variant<int*, uint64_t*, float*, double*, bool*, std::string*, Tier*,
+using Field = std::variant<int*, uint64_t*, float*, double*, bool*, std::string*, TierSetting*,
                            Precision*, Schedule*, RopeType*, PipelineSchedule*, DType*,
                            std::vector<std::string>*, std::vector<int>*>;
 
@@ -114,7 +114,10 @@ Field field_of(Config& c) {
 #define STRATA_CONFIG_KEY(sec, key) \
   #sec, #key, &field_of<&Config::sec, &decltype(Config::sec)::key>
 
-const std::vector<std::string_view> kTiers = {"device", "host", "nvme"};
+// Tier i of these is Tier(i); "auto" (last) sets TierSetting::automatic.
+const std::vector<std::string_view> kTiers = {"device", "host", "nvme", "auto"};
+constexpr size_t kAutoChoice = 3;
+size_t choice_index(const TierSetting& t) { return t.automatic ? kAutoChoice : size_t(t.tier); }
 
 // Bounds a user would accept, chosen so that every derived size fits in 64 bits and every
 // dimension a kernel takes (tokens, widths, heads; QKV = 3 x dim at most, 2 x ffn_dim) fits in
@@ -235,14 +238,14 @@ const std::vector<Key>& keys() {
        between(0, 1e18)},
       // [offload]
       {STRATA_CONFIG_KEY(offload, params), Kind::choice,
-       "tier of the parameters' compute copy (f32, or bf16 under train.precision = bf16)", any(),
-       kTiers},
+       "tier of the parameters' compute copy (f32, or bf16 under train.precision = bf16); "
+       "auto = the fastest placement that fits (docs/tuning.md)", any(), kTiers},
       {STRATA_CONFIG_KEY(offload, grads), Kind::choice,
        "tier of the f32 gradient shards: device or host (host whenever offload.optimizer is off "
-       "the device)", any(), kTiers},
+       "the device); auto = chosen with the others", any(), kTiers},
       {STRATA_CONFIG_KEY(offload, optimizer), Kind::choice,
-       "tier of the f32 master weights and AdamW m, v; off the device the CPU AdamW steps them",
-       any(), kTiers},
+       "tier of the f32 master weights and AdamW m, v; off the device the CPU AdamW steps them; "
+       "auto = chosen with the others", any(), kTiers},
       {STRATA_CONFIG_KEY(offload, device_mem_limit), Kind::size,
        "cap on device memory; 0 = the device's size", between(0, kMaxBytes)},
       {STRATA_CONFIG_KEY(offload, pinned_mem_limit), Kind::size,
@@ -535,6 +538,8 @@ std::string toml_value(const Key& k, const Config& c) {
           std::vector<std::string> q;
           for (int i : *p) q.push_back(std::to_string(i));
           return str("[", join(q, ", "), "]");
+        } else if constexpr (std::is_same_v<T, TierSetting>) {
+          return toml_string(k.choices.at(choice_index(*p)));
         } else {
           return toml_string(k.choices.at(static_cast<size_t>(*p)));  // an enum
         }
@@ -548,6 +553,7 @@ nlohmann::json json_value(const Key& k, const Config& c) {
         using T = std::remove_pointer_t<decltype(p)>;
         if constexpr (std::is_same_v<T, float>) return fileutil::float_as_decimal(*p);
         else if constexpr (std::is_enum_v<T>) return k.choices.at(static_cast<size_t>(*p));
+        else if constexpr (std::is_same_v<T, TierSetting>) return k.choices.at(choice_index(*p));
         else return *p;
       },
       field(k, c));
@@ -668,8 +674,12 @@ void store(std::string_view where, const Key& k, const Value& v, Config& c,
                  str(k.full_name(), ": \"", v.s, "\" is not allowed; allowed: ",
                      quoted_list(k.choices, ", "), " (", origin, ")"),
                  key_hint(k));
+          const size_t i = size_t(it - k.choices.begin());
           if constexpr (std::is_same_v<T, std::string>) *p = v.s;
-          else *p = static_cast<T>(it - k.choices.begin());
+          else if constexpr (std::is_same_v<T, TierSetting>) {
+            p->automatic = i == kAutoChoice;
+            p->tier = p->automatic ? Tier::device : Tier(i);
+          } else *p = static_cast<T>(i);
         }
       },
       k.field(c));
@@ -1014,12 +1024,16 @@ void validate(const Config& c) {
          "set eval.batches to the number of micro-batches to evaluate, or eval.every = 0");
 
   const OffloadConfig& o = c.offload;
-  if (o.grads == Tier::nvme)
+  // "auto" is checked when it is resolved (engine/step_model.h): nvme is a candidate only with
+  // offload.nvme_path, and gradients are never placed on NVMe.
+  if (!o.grads.automatic && o.grads == Tier::nvme)
     fail(kWhere, "offload.grads = \"nvme\" is not allowed: gradients never live on NVMe",
          "allowed offload.grads: \"device\", \"host\"");
-  if ((o.params == Tier::nvme || o.optimizer == Tier::nvme) && o.nvme_path.empty())
+  const bool params_nvme = !o.params.automatic && o.params == Tier::nvme;
+  const bool optimizer_nvme = !o.optimizer.automatic && o.optimizer == Tier::nvme;
+  if ((params_nvme || optimizer_nvme) && o.nvme_path.empty())
     fail(kWhere,
-         str("offload.", o.params == Tier::nvme ? "params" : "optimizer",
+         str("offload.", params_nvme ? "params" : "optimizer",
              " = \"nvme\" needs offload.nvme_path, which is empty"),
          "set offload.nvme_path to one directory per NVMe device, e.g. "
          "--set offload.nvme_path=/mnt/nvme0,/mnt/nvme1");
@@ -1160,6 +1174,11 @@ std::string config_reference_markdown() {
   out += "- `offload.grads` can never be `\"nvme\"`; when `offload.optimizer` is off the "
          "device, gradients live in host memory whatever `offload.grads` says.\n";
   out += "- `offload.params = \"nvme\"` or `offload.optimizer = \"nvme\"` needs "
+         "`offload.nvme_path`.\n";
+  out += "- `\"auto\"` in `offload.params`, `offload.grads` or `offload.optimizer` lets `strata "
+         "train` choose those tiers (the others stay as written) before anything is allocated: the "
+         "fastest placement that fits by the step model and the measured rates of this machine "
+         "(`strata plan --auto` prints every candidate); `nvme` is a candidate only with "
          "`offload.nvme_path`.\n";
   out += "- A `data.path` ending in `.bin` must be an llm.c token file (magic 20240520); any "
          "other file is a token file when it starts with that magic, else raw bytes.\n";

@@ -98,16 +98,30 @@ struct LogConfig {
   double peak_flops = 0;    // FLOP/s that MFU is measured against; 0 = measure f32 GEMM at start
 };
 
+// offload.params, offload.grads, offload.optimizer: a tier, or "auto" — the planner
+// (engine/step_model.h) picks the fastest placement that fits before anything is allocated.
+// Reads as its Tier; while `automatic` is set that tier is only a placeholder (device), and
+// zero_options() refuses it, so nothing is ever allocated by an unresolved "auto".
+struct TierSetting {
+  Tier tier = Tier::device;
+  bool automatic = false;
+  TierSetting() = default;
+  TierSetting(Tier t) : tier(t) {}  // NOLINT: a tier is a setting
+  operator Tier() const { return tier; }  // NOLINT
+};
+
 struct OffloadConfig {
-  Tier params = Tier::device;     // compute copy of the parameters
-  Tier grads = Tier::device;      // f32 gradient shards (device | host)
-  Tier optimizer = Tier::device;  // f32 master, m, v
+  TierSetting params = Tier::device;     // compute copy of the parameters
+  TierSetting grads = Tier::device;      // f32 gradient shards (device | host)
+  TierSetting optimizer = Tier::device;  // f32 master, m, v
   uint64_t device_mem_limit = 0;  // cap on device memory; 0 = the device's size
   uint64_t pinned_mem_limit = 0;  // pinned host budget; 0 = as the plan needs
   std::vector<std::string> nvme_path;  // one directory per NVMe device
   int prefetch = 2;               // NVMe reads ahead, in units
   uint64_t optimizer_chunk = 64ull << 20;  // bytes per chunk of the NVMe optimizer pipeline
   bool overlap_optimizer = true;  // step off-device states on a thread, overlapping the next forward
+  // Whether any of params, grads, optimizer is "auto".
+  bool any_auto() const { return params.automatic || grads.automatic || optimizer.automatic; }
 };
 
 struct ZeroConfig {

@@ -63,6 +63,12 @@ std::vector<SlotClass> grad_slot_classes(const LlamaModel& model, const Placemen
 }
 
 ZeroOptions zero_options(const Config& cfg) {
+  if (cfg.offload.any_auto())
+    fail("zero::options",
+         str("offload.", cfg.offload.params.automatic ? "params" : cfg.offload.grads.automatic ? "grads" : "optimizer",
+             " = \"auto\" has not been resolved to a tier"),
+         "resolve it first (engine/step_model.h: choose_placement, then apply_placement); "
+         "`strata train` does so before anything is allocated");
   ZeroOptions zo;
   Placement& p = zo.placement;
   p.params = cfg.offload.params;

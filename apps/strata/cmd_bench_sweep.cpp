@@ -58,10 +58,11 @@ void register_bench_sweep(CLI::App& bench) {
     }
     std::printf("strata bench sweep: %d rank(s); NVMe %.2f GB/s read, %.2f GB/s write (same run)\n",
                 j["ranks"].get<int>(), j["nvme_read_gbps"].get<double>(), j["nvme_write_gbps"].get<double>());
-    std::printf("%-16s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %7s\n", "placement", "tok/s", "step ms",
-                "compute", "wait io", "wait comm", "optim", "device", "host", "nvme", "io bound", "/bound");
+    std::printf("%-16s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %7s %9s %9s  %s\n", "placement", "tok/s",
+                "step ms", "compute", "wait io", "wait comm", "optim", "device", "host", "nvme", "io bound",
+                "/bound", "predicted", "/pred", "predicted bottleneck");
     for (const auto& r : j["rows"]) {
-      std::printf("%-16s %9.0f %9.1f %9.1f %9.1f %9.1f %9.1f %9s %9s %9s %9.1f %7.2f\n",
+      std::printf("%-16s %9.0f %9.1f %9.1f %9.1f %9.1f %9.1f %9s %9s %9s %9.1f %7.2f %9.1f %9.2f  %s\n",
                   r["placement"].get<std::string>().c_str(), r["tokens_per_s"].get<double>(),
                   r["step_ms"].get<double>(), r["time"]["compute_ms"].get<double>(),
                   r["time"]["wait_io_ms"].get<double>(), r["time"]["wait_comm_ms"].get<double>(),
@@ -70,7 +71,9 @@ void register_bench_sweep(CLI::App& bench) {
                   format_bytes(r["peak_bytes"]["host_state"].get<uint64_t>() +
                                r["peak_bytes"]["pinned"].get<uint64_t>()).c_str(),
                   format_bytes(r["peak_bytes"]["nvme"].get<uint64_t>()).c_str(),
-                  r["io_bound_ms"].get<double>(), r["step_over_bound"].get<double>());
+                  r["io_bound_ms"].get<double>(), r["step_over_bound"].get<double>(),
+                  r["predicted_step_ms"].get<double>(), r["measured_over_predicted"].get<double>(),
+                  r["predicted_bottleneck"].get<std::string>().c_str());
     }
     if (!args->options.out_prefix.empty())
       std::printf("wrote %s.json, .csv and .svg\n", args->options.out_prefix.c_str());

@@ -1,11 +1,15 @@
-// apps/strata/cmd_plan.cpp — `strata plan [--config F] [--set k=v]... [--ranks N] [--json]`:
-// the bytes each memory tier needs per rank for a config, against each limit, before anything
-// is allocated (engine/plan.h). Prints the table and a verdict; exit status 0 either way.
+// apps/strata/cmd_plan.cpp — `strata plan [--config F] [--set k=v]... [--ranks N] [--json]
+// [--auto [--reprobe] [--rates FILE]]`: the bytes each memory tier needs per rank for a config,
+// against each limit, before anything is allocated (engine/plan.h). Prints the table and a
+// verdict; exit status 0 either way. With --auto (or "auto" in offload.*), every candidate
+// placement with its bytes per tier and predicted step time (engine/step_model.h), and the
+// fastest that fits; exit status 1 when none fits.
 #include <algorithm>
 #include <cstdio>
 
 #include <nlohmann/json.hpp>
 
+#include "apps/strata/auto_place.h"
 #include "apps/strata/commands.h"
 #include "apps/strata/common.h"
 #include "core/cpu.h"
@@ -22,12 +26,21 @@ void register_plan(CLI::App& app) {
     ConfigArgs config;
     int ranks = 1;
     bool json = false;
+    bool automatic = false;
+    AutoArgs auto_args;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("plan", "bytes per memory tier for a config, and whether it fits");
   add_config_options(*cmd, args->config);
   cmd->add_option("--ranks", args->ranks, "ranks of the run, all on this machine")->capture_default_str();
   cmd->add_flag("--json", args->json, "print one JSON object");
+  cmd->add_flag("--auto", args->automatic,
+                "every placement of params, grads and optimizer (those set to \"auto\", else all): "
+                "bytes per tier, predicted step time, bottleneck, and the fastest that fits");
+  cmd->add_flag("--reprobe", args->auto_args.reprobe, "with --auto: measure the rates again (and cache them)");
+  cmd->add_option("--rates", args->auto_args.rates_path,
+                  "with --auto: the rate cache file (default $XDG_CACHE_HOME/strata/rates.json or "
+                  "~/.cache/strata/rates.json)");
   cmd->callback([args] {
     Config cfg = load(args->config);
     if (args->ranks < 1) fail("plan::args", str("--ranks ", args->ranks, " must be at least 1"));
@@ -35,22 +48,37 @@ void register_plan(CLI::App& app) {
     int dp = cfg.parallel.dp ? cfg.parallel.dp : args->ranks / model_parallel;
     if (dp < 1 || dp * model_parallel != args->ranks)
       fail("plan::args", str("--ranks ", args->ranks, " is not dp × tp × pp for this config"));
-    PlanMachine machine;
-    machine.ranks_here = args->ranks;
-    const bool cuda = cfg.train.device == "cuda" || (cfg.train.device == "auto" && cuda_device_count() > 0);
-    if (cuda) {
-      machine.device_is_host_memory = false;
-      if (cuda_device_count() > 0) {
-        machine.device_capacity = make_device(DeviceKind::cuda)->memory().limit_bytes;
-      } else if (cfg.offload.device_mem_limit) {
-        machine.device_capacity = cfg.offload.device_mem_limit;
+    const PlanMachine machine = plan_machine(cfg, args->ranks);
+    if (args->automatic || cfg.offload.any_auto()) {
+      const RatesLookup rl = rates_for(cfg, args->auto_args.rates_path, args->auto_args.reprobe,
+                                       [](const std::string& path) {
+                                         std::fprintf(stderr, "strata plan: measuring this machine's rates "
+                                                      "(a few seconds); they will be cached in %s\n", path.c_str());
+                                       });
+      const AutoPlan plan = plan_placements(cfg, dp, machine, rl.rates);
+      if (args->json) {
+        nlohmann::json j = auto_plan_json(plan, rl.rates);
+        j["ranks"] = args->ranks;
+        j["dp"] = dp;
+        std::printf("%s\n", j.dump().c_str());
       } else {
-        fail("plan::device", "train.device = cuda but this machine has no CUDA device to size",
-             "set offload.device_mem_limit to the GPU memory to plan for");
+        std::printf("strata plan --auto: %d rank(s) (mesh pp %d x dp %d x tp %d), %s, micro-batch %d x %d x %d accum%s\n",
+                    args->ranks, cfg.parallel.pp, dp, cfg.parallel.tp,
+                    std::string(precision_name(cfg.train.precision)).c_str(), cfg.data.micro_batch,
+                    cfg.data.seq_len, cfg.train.grad_accum,
+                    cfg.offload.overlap_optimizer ? ", optimizer overlapped with the next forward" : "");
+        std::printf("%s\n  (the rate cache: %s; --reprobe measures again)\n", rates_text(rl.rates).c_str(),
+                    rl.cache_path.c_str());
+        if (dp > 1 && !(rl.rates.comm_gbps > 0))
+          std::printf("  (the %d-rank collectives are not counted: a one-process probe cannot measure "
+                      "them; `strata bench sweep` under mpirun does)\n", dp);
+        std::printf("%s", auto_plan_table(plan).c_str());
       }
-    } else {
-      machine.device_is_host_memory = true;
-      machine.device_capacity = physical_memory_bytes();
+      const PlacementCandidate& k = chosen_placement(plan);  // an Error naming the limits when none fits
+      if (!args->json)
+        std::printf("chosen: %s, predicted %.1f ms per step (bottleneck: %s)\n", k.name().c_str(),
+                    k.prediction.step_ms, k.prediction.bottleneck.c_str());
+      return;
     }
     // One plan per pipeline stage (one stage without pipeline parallelism).
     std::vector<MemoryPlan> plans;

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "apps/strata/auto_place.h"
 #include "apps/strata/commands.h"
 #include "apps/strata/common.h"
 #include "bench/gemm_bench.h"
@@ -19,11 +20,14 @@ struct TrainArgs {
   std::string resume;
   std::string out;
   std::string out_dtype = "f32";
+  AutoArgs auto_args;
 };
 
 void run_train(const TrainArgs& a) {
   Config cfg = a.resume.empty() ? load(a.config) : load_for_resume(a.config, a.resume);
   auto world = make_world();
+  // "auto" tiers are chosen before anything is allocated (apps/strata/auto_place.h).
+  cfg = resolve_auto_placement(cfg, *world, a.auto_args);
   std::unique_ptr<Trainer> trainer;  // outlives the catch below: see end_job_if_peers
   try {
     TrainerOptions opt;
@@ -86,6 +90,11 @@ void register_train(CLI::App& app) {
                   "is given, with --set applied on top");
   cmd->add_option("--out,-o", args->out, "write the final weights (Hugging Face safetensors + config.json) here");
   cmd->add_option("--out-dtype", args->out_dtype, "dtype of the written weights: f32, bf16 or f16");
+  cmd->add_option("--rates", args->auto_args.rates_path,
+                  "with offload.* = \"auto\": the rate cache file (default $XDG_CACHE_HOME/strata/rates.json "
+                  "or ~/.cache/strata/rates.json)");
+  cmd->add_flag("--reprobe", args->auto_args.reprobe,
+                "with offload.* = \"auto\": measure this machine's rates again before choosing");
   cmd->callback([args] { run_train(*args); });
 }
 

@@ -7,9 +7,12 @@
 #include <cstdlib>
 #include <thread>
 
+#include "bench/rate_probe.h"
+#include "core/cpu.h"
 #include "core/error.h"
 #include "engine/checkpoint.h"
 #include "engine/test_hooks.h"
+#include "kernels/device.h"
 #include "comm/comm_registry.h"
 
 namespace strata::app {
@@ -32,6 +35,26 @@ Config load_for_resume(const ConfigArgs& args, const std::string& resume) {
   const std::string dir = resolve_checkpoint(resume);
   const CheckpointManifest m = read_manifest(dir);
   return parse_config(m.config_toml, dir + "/manifest.json (config_toml)", args.sets);
+}
+
+PlanMachine plan_machine(const Config& cfg, int ranks) {
+  PlanMachine machine;
+  machine.ranks_here = ranks;
+  if (uses_cuda(cfg)) {
+    machine.device_is_host_memory = false;
+    if (cuda_device_count() > 0) {
+      machine.device_capacity = make_device(DeviceKind::cuda)->memory().limit_bytes;
+    } else if (cfg.offload.device_mem_limit) {
+      machine.device_capacity = cfg.offload.device_mem_limit;
+    } else {
+      fail("plan::device", "train.device = cuda but this machine has no CUDA device to size",
+           "set offload.device_mem_limit to the GPU memory to plan for");
+    }
+  } else {
+    machine.device_is_host_memory = true;
+    machine.device_capacity = physical_memory_bytes();
+  }
+  return machine;
 }
 
 std::unique_ptr<Communicator> make_world() { return make_world_communicator(); }

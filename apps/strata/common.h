@@ -10,6 +10,7 @@
 
 #include "comm/comm.h"
 #include "engine/config.h"
+#include "engine/plan.h"
 #include "engine/trainer.h"
 
 namespace strata::app {
@@ -26,6 +27,10 @@ Config load(const ConfigArgs& args);
 // The config of `strata train --resume DIR`: --config when given, else the one the checkpoint
 // was written with; --set overrides on top. (--init-from is refused: the weights come from DIR.)
 Config load_for_resume(const ConfigArgs& args, const std::string& resume);
+// The machine a plan is for, with `ranks` ranks on it: the CPU device (its memory is RAM) or the
+// CUDA device train.device names (sized by the device, or by offload.device_mem_limit on a
+// machine without one).
+PlanMachine plan_machine(const Config& config, int ranks);
 // Solo for a single process; MPI when launched by mpirun.
 std::unique_ptr<Communicator> make_world();
 

@@ -48,6 +48,11 @@ expect_error "device_mem_limit"   train --set offload.device_mem_limit=1M
 expect_error "offload.params"     train --set offload.params=sideways
 expect_error "config.json"        eval --init-from "$work"
 expect_error "dtype"              train --set train.steps=1 --out "$work/out" --out-dtype int4
+# "auto" placement: a rate cache that cannot be read is an error naming it and the fix (and
+# nothing is probed: reading fails first).
+printf '{"version": 1, "machines": {' >"$work/rates.json"
+expect_error "$work/rates.json"   plan --auto --rates "$work/rates.json"
+expect_error "--reprobe"          train --set offload.optimizer=auto --rates "$work/rates.json"
 
 if [ $failures -ne 0 ]; then
   echo "$failures case(s) failed"

@@ -213,7 +213,33 @@ TEST(Config, BadEnumValueListsTheChoices) {
                    "\"cpu\", \"cuda\", \"auto\"");
   EXPECT_ERROR_HAS(load_text("[io]\nbackend = \"aio\"\n"), "io.backend", "\"uring\"");
   EXPECT_ERROR_HAS(load_text("[offload]\nparams = \"disk\"\n"), "offload.params",
-                   "\"device\", \"host\", \"nvme\"");
+                   "\"device\", \"host\", \"nvme\", \"auto\"");
+}
+
+// "auto" (engine/step_model.h chooses the tier): parsed from TOML and --set, accepted by
+// validate() without offload.nvme_path, printed back as "auto", and the other keys untouched.
+TEST(Config, OffloadAutoParsesValidatesAndPrints) {
+  Config c = load_text("[offload]\nparams = \"auto\"\noptimizer = \"auto\"\n", {"offload.grads=auto"});
+  EXPECT_TRUE(c.offload.params.automatic);
+  EXPECT_TRUE(c.offload.grads.automatic);
+  EXPECT_TRUE(c.offload.optimizer.automatic);
+  EXPECT_TRUE(c.offload.any_auto());
+  EXPECT_NO_THROW(validate(c));
+  const std::string toml = config_to_toml(c);
+  EXPECT_NE(toml.find("params = \"auto\""), std::string::npos) << toml;
+  EXPECT_EQ(config_to_json(c)["offload"]["optimizer"], "auto");
+  Config back = load_text(toml);
+  EXPECT_TRUE(back.offload.params.automatic && back.offload.grads.automatic && back.offload.optimizer.automatic);
+  // Only the keys set to auto are.
+  Config one = load_config("", {"offload.optimizer=auto", "offload.params=host"});
+  EXPECT_TRUE(one.offload.optimizer.automatic);
+  EXPECT_FALSE(one.offload.params.automatic);
+  EXPECT_EQ(one.offload.params, Tier::host);
+  // Setting a tier again clears auto.
+  Config again = load_config("", {"offload.optimizer=auto", "offload.optimizer=nvme", "offload.nvme_path=/a"});
+  EXPECT_FALSE(again.offload.optimizer.automatic);
+  EXPECT_EQ(again.offload.optimizer, Tier::nvme);
+  EXPECT_TRUE(load_config("", {}).offload.overlap_optimizer);
 }
 
 TEST(Config, EvalEveryNeedsBatches) {

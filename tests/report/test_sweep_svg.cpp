@@ -78,3 +78,23 @@ TEST(SweepSvg, RendersTheSavedSweep) {
   EXPECT_NE(svg.find("device:device (params:optimizer)"), std::string::npos);
   EXPECT_TRUE(sweep_csv(s).starts_with("placement,params,optimizer,grads,tokens_per_s,step_ms,"));
 }
+
+// Rows with the step model's prediction: a dashed line to a small dot at the predicted
+// throughput (tokens/s × measured / predicted step), the ratio in the legend, and three CSV
+// columns; rows of a sweep saved before the model leave those cells empty (above).
+TEST(SweepSvg, PredictedThroughputDotAndCsvColumns) {
+  nlohmann::json r = row("host:nvme", 400, 512 * MiB, GiB, 256 * MiB, 3 * GiB);
+  r["predicted_step_ms"] = 8.0;  // measured 10: predicted 500 tok/s
+  r["predicted_bottleneck"] = "optimizer (nvme)";
+  r["measured_over_predicted"] = 1.25;
+  nlohmann::json s = {{"ranks", 1}, {"rows", {r}}};
+  const std::string svg = sweep_svg(s);
+  ASSERT_EQ(test::svg_problem(svg), "") << svg;
+  EXPECT_EQ(test::count(svg, "<circle"), 2 + 1 + 1);  // the point, the predicted line's two markers, one legend sample
+  EXPECT_EQ(test::polylines(svg).size(), 1u);
+  EXPECT_NE(svg.find("; predicted 500 (step 1.25x)</text>"), std::string::npos) << svg;
+  EXPECT_NE(svg.find("predicted tok/s"), std::string::npos);
+  const std::string csv = sweep_csv(s);
+  EXPECT_NE(csv.find(",predicted_step_ms,predicted_bottleneck,measured_over_predicted\n"), std::string::npos) << csv;
+  EXPECT_NE(csv.find(",8.0,optimizer (nvme),1.250\n"), std::string::npos) << csv;
+}

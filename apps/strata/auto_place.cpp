@@ -1,0 +1,130 @@
+// apps/strata/auto_place.cpp — printing the candidates of engine/step_model.h and resolving
+// "auto" for `strata train` (apps/strata/auto_place.h).
+#include "apps/strata/auto_place.h"
+
+#include <cstdio>
+
+#include "apps/strata/common.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "core/size.h"
+#include "kernels/device.h"
+
+namespace strata::app {
+
+std::string rates_text(const MachineRates& r) {
+  char line[768];
+  std::snprintf(line, sizeof line,
+                "rates: %s, measured %s on %s with %d CPU thread(s): GEMM %.1f GFLOP/s, CPU AdamW %.2f "
+                "GB/s, device AdamW %.2f GB/s, host->device %.2f GB/s, device->host %.2f GB/s",
+                r.source.c_str(), r.measured_at.c_str(), r.device.c_str(), r.cpu_threads, r.gemm_flops / 1e9, r.adam_gbps,
+                r.device_mem_gbps, r.h2d_gbps, r.d2h_gbps);
+  std::string t = line;
+  if (r.comm_gbps > 0) {
+    std::snprintf(line, sizeof line, ", collectives %.2f GB/s", r.comm_gbps);
+    t += line;
+  }
+  if (!r.nvme.empty()) {
+    std::snprintf(line, sizeof line, ", NVMe read %.2f GB/s, write %.2f GB/s (%s)", r.nvme_read_gbps,
+                  r.nvme_write_gbps, r.nvme.c_str());
+    t += line;
+  }
+  return t;
+}
+
+nlohmann::json rates_json(const MachineRates& r) {
+  return {{"source", r.source},       {"measured_at", r.measured_at},   {"device", r.device},
+          {"nvme", r.nvme},           {"gemm_flops", r.gemm_flops},     {"adam_gbps", r.adam_gbps},
+          {"device_mem_gbps", r.device_mem_gbps}, {"h2d_gbps", r.h2d_gbps}, {"d2h_gbps", r.d2h_gbps},
+          {"nvme_read_gbps", r.nvme_read_gbps}, {"nvme_write_gbps", r.nvme_write_gbps}, {"cpu_threads", r.cpu_threads},
+          {"comm_gbps", r.comm_gbps}};
+}
+
+std::string auto_plan_table(const AutoPlan& plan) {
+  std::string out;
+  char line[512];
+  std::snprintf(line, sizeof line, "  %-1s %-7s %-6s %-9s %-4s %9s %9s %9s %9s %10s %9s %9s %9s %9s  %s\n", "",
+                "params", "grads", "optimizer", "fits", "device", "pinned", "host", "nvme", "step ms",
+                "compute", "nvme", "copy", "optim", "bottleneck");
+  out += line;
+  for (int i = 0; i < int(plan.candidates.size()); ++i) {
+    const PlacementCandidate& k = plan.candidates[size_t(i)];
+    const StepPrediction& p = k.prediction;
+    std::snprintf(line, sizeof line, "  %-1s %-7s %-6s %-9s %-4s %9s %9s %9s %9s %10.1f %9.1f %9.1f %9.1f %9.1f  %s\n",
+                  i == plan.chosen ? "*" : "", std::string(tier_name(k.params)).c_str(),
+                  std::string(tier_name(k.grads)).c_str(), std::string(tier_name(k.optimizer)).c_str(),
+                  k.fits ? "yes" : "no", format_bytes(k.device_bytes).c_str(),
+                  format_bytes(k.pinned_bytes).c_str(), format_bytes(k.host_bytes).c_str(),
+                  format_bytes(k.nvme_bytes).c_str(), p.step_ms, p.compute_ms, p.nvme_ms, p.copy_ms,
+                  p.optimizer_ms, p.bottleneck.c_str());
+    out += line;
+  }
+  for (const auto& k : plan.candidates)
+    if (!k.fits) out += str("  ", k.name(), " does not fit: ", k.why_not, "\n");
+  return out;
+}
+
+nlohmann::json auto_plan_json(const AutoPlan& plan, const MachineRates& rates) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (int i = 0; i < int(plan.candidates.size()); ++i) {
+    const PlacementCandidate& k = plan.candidates[size_t(i)];
+    const StepPrediction& p = k.prediction;
+    rows.push_back({{"params", tier_name(k.params)},
+                    {"grads", tier_name(k.grads)},
+                    {"optimizer", tier_name(k.optimizer)},
+                    {"fits", k.fits},
+                    {"why_not", k.why_not},
+                    {"chosen", i == plan.chosen},
+                    {"bytes", {{"device", k.device_bytes}, {"pinned", k.pinned_bytes},
+                               {"host", k.host_bytes}, {"nvme", k.nvme_bytes}}},
+                    {"bytes_per_step", {{"h2d", p.bytes.h2d}, {"d2h", p.bytes.d2h},
+                                        {"nvme_read", p.bytes.nvme_read}, {"nvme_write", p.bytes.nvme_write},
+                                        {"adam", p.bytes.adam}}},
+                    {"predicted", {{"step_ms", p.step_ms}, {"forward_ms", p.forward_ms},
+                                   {"backward_ms", p.backward_ms}, {"compute_ms", p.compute_ms},
+                                   {"nvme_ms", p.nvme_ms}, {"copy_ms", p.copy_ms}, {"comm_ms", p.comm_ms},
+                                   {"optimizer_ms", p.optimizer_ms},
+                                   {"exposed_optimizer_ms", p.exposed_optimizer_ms},
+                                   {"bottleneck", p.bottleneck}}}});
+  }
+  nlohmann::json j = {{"rates", rates_json(rates)}, {"candidates", rows}, {"limits", plan.limits}};
+  j["chosen"] = plan.chosen >= 0 ? nlohmann::json(plan.candidates[size_t(plan.chosen)].name()) : nlohmann::json();
+  return j;
+}
+
+Config resolve_auto_placement(const Config& cfg, Communicator& world, const AutoArgs& args) {
+  if (!cfg.offload.any_auto()) return cfg;
+  const int dp = cfg.parallel.dp ? cfg.parallel.dp : world.size() / (cfg.parallel.tp * cfg.parallel.pp);
+  int32_t tiers[3] = {0, 0, 0};
+  std::string error;
+  if (world.rank() == 0) {
+    try {
+      const RatesLookup rl = rates_for(cfg, args.rates_path, args.reprobe, [](const std::string& path) {
+        std::printf("auto placement: no measured rates for this machine in %s; measuring them now "
+                    "(a few seconds)\n", path.c_str());
+        std::fflush(stdout);
+      });
+      const AutoPlan plan = plan_placements(cfg, dp, plan_machine(cfg, world.size()), rl.rates);
+      const PlacementCandidate& k = chosen_placement(plan);
+      std::printf("auto placement: %s, predicted %.0f ms per step (bottleneck: %s)\n  %s\n",
+                  k.name().c_str(), k.prediction.step_ms, k.prediction.bottleneck.c_str(),
+                  rates_text(rl.rates).c_str());
+      std::fflush(stdout);
+      tiers[0] = int32_t(k.params), tiers[1] = int32_t(k.grads), tiers[2] = int32_t(k.optimizer);
+    } catch (const std::exception& e) {
+      end_job_if_peers(e);  // ends every rank when there are peers
+      throw;
+    }
+  }
+  if (world.size() > 1) {  // every rank takes rank 0's choice
+    auto dev = make_device(DeviceKind::cpu);
+    auto s = dev->make_stream("auto placement");
+    world.broadcast(*s, tiers, 3, CommType::i32, 0);
+    s->synchronize();
+  }
+  PlacementCandidate k;
+  k.params = Tier(tiers[0]), k.grads = Tier(tiers[1]), k.optimizer = Tier(tiers[2]);
+  return with_placement(cfg, k);
+}
+
+}  // namespace strata::app

@@ -1,0 +1,143 @@
+// bench/rate_probe.cpp — the short measurements behind engine/step_model.h's rates.
+#include "bench/rate_probe.h"
+
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+#include <memory>
+
+#include <tbb/global_control.h>
+
+#include "bench/adam_bench.h"
+#include "bench/gemm_bench.h"
+#include "bench/gpu_bench.h"
+#include "bench/io_bench.h"
+#include "core/error.h"
+#include "engine/rate_cache.h"
+#include "kernels/device.h"
+
+namespace strata {
+namespace {
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+// Decimal GB/s of stream copies of `bytes` from `src` to `dst`, the best of calls over at least
+// `min_seconds` (and at least 3 calls), after one untimed call.
+double copy_gbps(Stream& s, void* dst, const void* src, size_t bytes, double min_seconds) {
+  using clock = std::chrono::steady_clock;
+  s.copy(dst, src, bytes);
+  s.synchronize();
+  double best = 1e30, total = 0;
+  for (int calls = 0; calls < 3 || total < min_seconds; ++calls) {
+    const auto t0 = clock::now();
+    s.copy(dst, src, bytes);
+    s.synchronize();
+    const double dt = std::chrono::duration<double>(clock::now() - t0).count();
+    best = std::min(best, dt);
+    total += dt;
+  }
+  return double(bytes) / best / 1e9;
+}
+
+}  // namespace
+
+bool uses_cuda(const Config& c) {
+  return c.train.device == "cuda" || (c.train.device == "auto" && cuda_device_count() > 0);
+}
+
+std::string rate_device_name(const Config& c) {
+  return make_device(uses_cuda(c) ? DeviceKind::cuda : DeviceKind::cpu)->name();
+}
+
+MachineRates probe_rates(const Config& c, const RateProbeOptions& o) {
+  MachineRates r;
+  std::unique_ptr<tbb::global_control> limit;
+  if (o.threads > 0)
+    limit = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism, size_t(o.threads));
+  r.cpu_threads = int(tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism));
+  AdamBenchOptions adam;
+  adam.numel = size_t{32} << 20;  // 0.9 GB per pass: far larger than the caches
+  adam.repeats = 3;
+  adam.validate_numel = (size_t{1} << 16) + 3;
+  r.adam_gbps = run_adam_bench(adam)["gbps"].get<double>();
+  if (uses_cuda(c)) {
+    GpuBenchOptions g;
+    g.gemm_shapes = {{2048, 2048, 2048}};
+    g.gemm_f32_shapes = {{4096, 4096, 4096}};
+    g.adam_numel = size_t{32} << 20;
+    g.copy_bytes = size_t{256} << 20;
+    g.min_seconds = o.min_seconds;
+    g.train = false;
+    const nlohmann::json j = run_gpu_bench(g);
+    r.device = j.value("device", std::string("cuda"));
+    r.gemm_flops = j.value("peak_f32_tflops", 0.0) * 1e12;
+    if (j["adamw"].value("ran", false)) r.device_mem_gbps = j["adamw"].value("gbps", 0.0);
+    if (j["pinned"].value("ran", false)) {
+      r.h2d_gbps = j["pinned"].value("h2d_gbps", 0.0);
+      r.d2h_gbps = j["pinned"].value("d2h_gbps", 0.0);
+    }
+    if (!(r.gemm_flops > 0 && r.device_mem_gbps > 0 && r.h2d_gbps > 0 && r.d2h_gbps > 0))
+      fail("bench::rate_probe", str("the GPU probe did not measure every rate: ", j.dump()));
+  } else {
+    auto dev = make_device(DeviceKind::cpu);
+    r.device = dev->name();
+    r.gemm_flops = measure_gemm_flops(o.min_seconds);
+    r.device_mem_gbps = r.adam_gbps;  // the CPU device's AdamW is the CPU AdamW
+    const size_t bytes = size_t{64} << 20;
+    Buffer host = dev->alloc_host(bytes, /*pinned=*/true, "rate probe host");
+    Buffer devbuf = dev->alloc(bytes, "rate probe device");
+    auto s = dev->make_stream("rate probe");
+    s->fill_zero(host.data(), bytes);
+    s->fill_zero(devbuf.data(), bytes);
+    r.h2d_gbps = copy_gbps(*s, devbuf.data(), host.data(), bytes, o.min_seconds);
+    r.d2h_gbps = copy_gbps(*s, host.data(), devbuf.data(), bytes, o.min_seconds);
+  }
+  r.nvme = nvme_filesystems(c.offload.nvme_path);
+  if (!c.offload.nvme_path.empty() && o.io_bytes > 0) {
+    IoBenchOptions io;
+    for (const auto& d : c.offload.nvme_path) {
+      std::error_code ec;
+      std::filesystem::create_directories(d, ec);  // as the engine does
+      io.dirs.push_back(d);
+    }
+    io.size_bytes = o.io_bytes;
+    io.block_bytes = c.io.block_size;
+    io.queue_depth = c.io.queue_depth;
+    io.backend = c.io.backend;
+    io.stripe_bytes = c.io.stripe_size;
+    const nlohmann::json j = run_io_bench(io);
+    r.nvme_read_gbps = j.value("read_gbps", 0.0);
+    r.nvme_write_gbps = j.value("write_gbps", 0.0);
+  }
+  r.measured_at = utc_now();
+  r.source = "measured now";
+  return r;
+}
+
+RatesLookup rates_for(const Config& c, const std::string& cache_path, bool reprobe,
+                      void (*on_probe)(const std::string&)) {
+  RatesLookup out;
+  out.cache_path = cache_path.empty() ? default_rate_cache_path() : cache_path;
+  const std::string key = rate_cache_key(rate_device_name(c), nvme_filesystems(c.offload.nvme_path));
+  if (!reprobe) {
+    if (auto cached = load_rates(out.cache_path, key)) {
+      out.rates = *cached;
+      return out;
+    }
+  }
+  if (on_probe) on_probe(out.cache_path);
+  out.rates = probe_rates(c);
+  out.probed = true;
+  store_rates(out.cache_path, key, out.rates);
+  out.rates.source = out.cache_path + " (measured now)";
+  return out;
+}
+
+}  // namespace strata

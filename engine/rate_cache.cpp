@@ -1,0 +1,156 @@
+// engine/rate_cache.cpp — the rate cache file of engine/rate_cache.h: JSON
+// {"version": 1, "machines": {KEY: {rates...}}}, replaced atomically.
+#include "engine/rate_cache.h"
+
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "engine/file_util.h"
+
+namespace strata {
+namespace {
+
+constexpr const char* kWhere = "plan::rate_cache";
+constexpr int kVersion = 1;
+// The rates a usable entry must have (> 0); the NVMe ones only where it names a file system.
+constexpr const char* kRates[] = {"gemm_flops", "adam_gbps", "device_mem_gbps", "h2d_gbps", "d2h_gbps"};
+constexpr const char* kNvmeRates[] = {"nvme_read_gbps", "nvme_write_gbps"};
+
+[[noreturn]] void corrupt(const std::string& path, const std::string& what) {
+  throw Error(kWhere, str("the rate cache '", path, "' is not usable: ", what),
+              {str("delete it (rm '", path, "') or measure again with --reprobe")});
+}
+
+nlohmann::json read_cache(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return nullptr;
+  const std::string text = fileutil::read_file(path, kWhere);
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) corrupt(path, "it is not JSON");
+  if (!j.is_object() || !j.contains("machines") || !j["machines"].is_object())
+    corrupt(path, "no \"machines\" object");
+  if (!j.contains("version") || j["version"] != kVersion)
+    corrupt(path, str("version ", j.contains("version") ? j["version"].dump() : "missing", ", expected ", kVersion));
+  return j;
+}
+
+// The mount point and type of the file system holding device `dev` (/proc/self/mountinfo).
+std::string mount_of(dev_t dev) {
+  std::ifstream in("/proc/self/mountinfo");
+  std::string line;
+  const std::string want = str(major(dev), ":", minor(dev));
+  while (std::getline(in, line)) {
+    std::istringstream ls(line);
+    std::string id, parent, majmin, root, mount, opts, field;
+    ls >> id >> parent >> majmin >> root >> mount >> opts;
+    if (majmin != want) continue;
+    while (ls >> field && field != "-") {}
+    std::string type;
+    ls >> type;
+    return str(mount, " (", type, ")");
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string default_rate_cache_path() {
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  if (xdg && *xdg) return str(xdg, "/strata/rates.json");
+  const char* home = std::getenv("HOME");
+  if (!home || !*home)
+    fail(kWhere, "neither XDG_CACHE_HOME nor HOME is set: no place for the rate cache",
+         "set XDG_CACHE_HOME to a writable directory");
+  return str(home, "/.cache/strata/rates.json");
+}
+
+std::string nvme_filesystems(const std::vector<std::string>& nvme_path) {
+  std::string out;
+  for (const auto& d : nvme_path) {
+    std::filesystem::path p(d);
+    std::error_code ec;
+    while (!p.empty() && !std::filesystem::exists(p, ec)) p = p.parent_path();  // nearest existing
+    struct stat st {};
+    std::string fs = "unknown";
+    if (::stat(p.empty() ? "." : p.c_str(), &st) == 0) {
+      fs = str(major(st.st_dev), ":", minor(st.st_dev));
+      const std::string m = mount_of(st.st_dev);
+      if (!m.empty()) fs += " " + m;
+    }
+    out += (out.empty() ? "" : ", ") + fs;
+  }
+  return out;
+}
+
+std::string rate_cache_key(const std::string& device, const std::string& nvme) {
+  return str("device=", device, " nvme=", nvme.empty() ? "none" : nvme);
+}
+
+std::optional<MachineRates> load_rates(const std::string& path, const std::string& key) {
+  const nlohmann::json j = read_cache(path);
+  if (j.is_null() || !j["machines"].contains(key)) return std::nullopt;
+  const nlohmann::json& e = j["machines"][key];
+  if (!e.is_object()) corrupt(path, str("the entry \"", key, "\" is not an object"));
+  auto rate = [&](const char* name, bool required) {
+    if (!e.contains(name)) {
+      if (required) corrupt(path, str("the entry \"", key, "\" has no ", name));
+      return 0.0;
+    }
+    if (!e[name].is_number() || !(e[name].get<double>() > 0) || !std::isfinite(e[name].get<double>()))
+      corrupt(path, str("the entry \"", key, "\" has ", name, " = ", e[name].dump(), " (a rate > 0 expected)"));
+    return e[name].get<double>();
+  };
+  MachineRates r;
+  r.device = e.value("device", "");
+  r.nvme = e.value("nvme", "");
+  r.gemm_flops = rate(kRates[0], true);
+  r.adam_gbps = rate(kRates[1], true);
+  r.device_mem_gbps = rate(kRates[2], true);
+  r.h2d_gbps = rate(kRates[3], true);
+  r.d2h_gbps = rate(kRates[4], true);
+  r.nvme_read_gbps = rate(kNvmeRates[0], !r.nvme.empty());
+  r.nvme_write_gbps = rate(kNvmeRates[1], !r.nvme.empty());
+  r.comm_gbps = rate("comm_gbps", false);  // only a run with peers measures it
+  if (!e.contains("cpu_threads") || !e["cpu_threads"].is_number_integer() || e["cpu_threads"].get<int64_t>() < 1 ||
+      e["cpu_threads"].get<int64_t>() > 1 << 20)
+    corrupt(path, str("the entry \"", key, "\" has no cpu_threads >= 1"));
+  r.cpu_threads = e["cpu_threads"].get<int>();
+  if (!e.contains("measured_at") || !e["measured_at"].is_string())
+    corrupt(path, str("the entry \"", key, "\" has no measured_at"));
+  r.measured_at = e["measured_at"].get<std::string>();
+  r.source = path;
+  return r;
+}
+
+void store_rates(const std::string& path, const std::string& key, const MachineRates& r) {
+  nlohmann::json j = read_cache(path);  // a malformed file is an Error, not overwritten
+  if (j.is_null()) j = {{"version", kVersion}, {"machines", nlohmann::json::object()}};
+  nlohmann::json e = {{"device", r.device},           {"nvme", r.nvme},
+                      {"gemm_flops", r.gemm_flops},   {"adam_gbps", r.adam_gbps},
+                      {"device_mem_gbps", r.device_mem_gbps}, {"h2d_gbps", r.h2d_gbps},
+                      {"d2h_gbps", r.d2h_gbps},       {"cpu_threads", r.cpu_threads},
+                      {"measured_at", r.measured_at}};
+  if (r.comm_gbps > 0) e["comm_gbps"] = r.comm_gbps;
+  if (!r.nvme.empty()) {
+    e["nvme_read_gbps"] = r.nvme_read_gbps;
+    e["nvme_write_gbps"] = r.nvme_write_gbps;
+  }
+  j["machines"][key] = std::move(e);
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  std::error_code ec;
+  if (!dir.empty()) std::filesystem::create_directories(dir, ec);
+  if (ec) fail(kWhere, str("cannot create '", dir.string(), "': ", ec.message()),
+               "set XDG_CACHE_HOME to a writable directory");
+  fileutil::write_file_atomic(path, j.dump(2) + "\n", kWhere);
+}
+
+}  // namespace strata

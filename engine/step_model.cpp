@@ -1,0 +1,261 @@
+// engine/step_model.cpp — the step-time model and the placement choice of engine/step_model.h:
+// bytes per link from the layout and the placement decisions (offload/placement.h), times from
+// the measured rates, feasibility from plan_memory.
+#include "engine/step_model.h"
+
+#include <algorithm>
+#include <array>
+
+#include "core/error.h"
+#include "core/size.h"
+#include "engine/model.h"
+#include "engine/pipeline.h"
+#include "engine/zero.h"
+
+namespace strata {
+namespace {
+
+constexpr double kTieMargin = 0.01;
+
+// ms to move `bytes` at `gbps` (decimal GB/s); a rate the bytes need but the rates lack is an
+// Error rather than a free transfer.
+double transfer_ms(double bytes, double gbps, const char* rate) {
+  if (bytes <= 0) return 0;
+  if (!(gbps > 0))
+    fail("plan::step_model", str("the placement moves ", format_bytes(uint64_t(bytes)), " per step at the ",
+                                 rate, " rate, which was not measured"),
+         "measure the rates again with `strata plan --auto --reprobe` (NVMe rates need "
+         "offload.nvme_path)");
+  return bytes / (gbps * 1e9) * 1e3;
+}
+
+}  // namespace
+
+StepPrediction predict_step(const Config& c, int dp, const PlanMachine& machine,
+                            const MachineRates& rates, int stage) {
+  const int tp = c.parallel.tp, pp = c.parallel.pp;
+  STRATA_CHECK(stage >= 0 && stage < pp, "plan::step_model", "stage ", stage, " of ", pp);
+  const Placement pl = zero_options(c).placement;  // refuses an unresolved "auto"
+  const LlamaModel model(c.model, dp, tp, 0, pipeline_partition(c)[size_t(stage)]);
+  double shard = 0, padded = 0;  // elements of this rank's shards, and of the whole units
+  for (const auto& u : model.units()) {
+    shard += double(u.layout.shard_numel());
+    padded += double(u.layout.padded_numel());
+  }
+
+  const int ranks_here = machine.ranks_here > 0 ? machine.ranks_here : dp * tp * pp;
+  const bool cpu = machine.device_is_host_memory;
+  // CPU rates are shared by the ranks of this machine; a GPU's own rates are not. The CPU's
+  // compute (GEMM on the CPU device, AdamW) runs on train.threads of the threads it was
+  // measured with.
+  const double share = 1.0 / ranks_here;
+  const int measured_threads = std::max(rates.cpu_threads, 1);
+  const int threads = c.train.threads > 0 ? std::min(c.train.threads, measured_threads) : measured_threads;
+  const double cpu_share = std::min(share, double(threads) / measured_threads);
+  const double gemm = rates.gemm_flops * (cpu ? cpu_share : 1.0);
+  const double adam_gbps = rates.adam_gbps * cpu_share;
+  const double device_gbps = rates.device_mem_gbps * (cpu ? cpu_share : 1.0);
+  const double h2d_gbps = rates.h2d_gbps * (cpu ? share : 1.0);
+  const double d2h_gbps = rates.d2h_gbps * (cpu ? share : 1.0);
+  const double read_gbps = rates.nvme_read_gbps * share, write_gbps = rates.nvme_write_gbps * share;
+
+  const int m = c.train.grad_accum;
+  const double tokens = double(m) * c.data.micro_batch * c.data.seq_len;
+  const double flops = model.train_flops_per_token(c.data.seq_len) * tokens / (double(tp) * pp);
+  if (!(gemm > 0)) fail("plan::step_model", "the GEMM rate was not measured", "run `strata plan --auto --reprobe`");
+  StepPrediction p;
+  const double fwd_compute = flops / 3 / gemm * 1e3;
+  const double bwd_compute = flops * (c.zero.activation_checkpointing ? 3.0 : 2.0) / 3 / gemm * 1e3;
+  p.compute_ms = fwd_compute + bwd_compute;
+
+  // Bytes per step (engine/zero.h's protocol; docs/tuning.md "What each placement moves").
+  StepBytes& b = p.bytes;
+  const double P = shard * double(pl.param_elem_bytes());  // the compute copy's shard
+  const double S = shard * 4;                               // an f32 shard (gradients)
+  const double O = shard * double(pl.optimizer_state_bytes());
+  // Gathers of the compute copy per pass: one per micro-batch; backward gathers again unless
+  // the units stay gathered from forward to backward.
+  const double fwd_gathers = m, bwd_gathers = c.zero.reshard_after_forward ? m : 0;
+  const bool offload_opt = pl.optimizer != Tier::device;
+  double fwd_h2d = 0, bwd_h2d = 0, fwd_read = 0, bwd_read = 0;
+  if (pl.params != Tier::device) {  // staged to the device before every gather
+    fwd_h2d = fwd_gathers * P;
+    bwd_h2d = bwd_gathers * P;
+  }
+  if (pl.params == Tier::nvme) {
+    fwd_read = fwd_gathers * P;
+    bwd_read = bwd_gathers * P;
+  }
+  const double bwd_d2h = pl.grads_tier() == Tier::host ? m * S : 0;  // each reduction to the host shard
+  double opt_h2d = 0, opt_d2h = 0, opt_read = 0, opt_write = 0;
+  if (pl.optimizer == Tier::nvme) opt_read = opt_write = O;
+  if (!pl.param_is_master()) {  // the optimizer writes the refreshed compute copy to its tier
+    if (pl.params == Tier::nvme) opt_write += P;
+    if (offload_opt && pl.params == Tier::device) opt_h2d += P;
+    if (!offload_opt && pl.params != Tier::device) opt_d2h += P;
+  }
+  b.h2d = fwd_h2d + bwd_h2d + opt_h2d;
+  b.d2h = bwd_d2h + opt_d2h;
+  b.nvme_param_read = fwd_read + bwd_read;
+  b.nvme_read = b.nvme_param_read + opt_read;
+  b.nvme_write = opt_write;
+  // AdamW reads master, gradient, m, v and writes master, m, v (28 bytes per parameter with f32
+  // m and v, 20 with bf16), plus the compute copy when it is not the master.
+  b.adam = shard * (4.0 + 2.0 * pl.optimizer_state_bytes()) +
+           (pl.param_is_master() ? 0.0 : P);
+
+  // Collectives (dp > 1), as the engine counts comm_bytes: each gather all-gathers the unit's
+  // compute copy, each micro-batch's backward reduce-scatters its f32 gradients.
+  double fwd_comm = 0, bwd_comm = 0;
+  if (dp > 1) {
+    fwd_comm = fwd_gathers * padded * double(pl.param_elem_bytes());
+    bwd_comm = bwd_gathers * padded * double(pl.param_elem_bytes()) + m * padded * 4;
+  }
+  b.comm = fwd_comm + bwd_comm;
+  const bool count_comm = dp > 1 && rates.comm_gbps > 0;
+  const double fwd_comm_ms = count_comm ? transfer_ms(fwd_comm, rates.comm_gbps, "communication") : 0;
+  const double bwd_comm_ms = count_comm ? transfer_ms(bwd_comm, rates.comm_gbps, "communication") : 0;
+  p.comm_ms = fwd_comm_ms + bwd_comm_ms;
+
+  // The passes: reads and copies run ahead of compute (offload.prefetch, zero.prefetch); so do
+  // the collectives on a GPU, while on the CPU device their copies take the compute's cores.
+  const double fwd_read_ms = transfer_ms(fwd_read, read_gbps, "NVMe read");
+  const double bwd_read_ms = transfer_ms(bwd_read, read_gbps, "NVMe read");
+  const double fwd_copy_ms = transfer_ms(fwd_h2d, h2d_gbps, "host-to-device copy");
+  const double bwd_copy_ms = transfer_ms(bwd_h2d, h2d_gbps, "host-to-device copy") +
+                             transfer_ms(bwd_d2h, d2h_gbps, "device-to-host copy");
+  const double fwd_busy = cpu ? fwd_compute + fwd_comm_ms : std::max(fwd_compute, fwd_comm_ms);
+  const double bwd_busy = cpu ? bwd_compute + bwd_comm_ms : std::max(bwd_compute, bwd_comm_ms);
+  p.forward_ms = std::max({fwd_busy, fwd_read_ms, fwd_copy_ms});
+  p.backward_ms = std::max({bwd_busy, bwd_read_ms, bwd_copy_ms});
+
+  // The optimizer step.
+  const double opt_copy_ms = transfer_ms(opt_h2d, h2d_gbps, "host-to-device copy") +
+                             transfer_ms(opt_d2h, d2h_gbps, "device-to-host copy");
+  const double opt_io_ms = transfer_ms(opt_read, read_gbps, "NVMe read") +
+                           transfer_ms(opt_write, write_gbps, "NVMe write");
+  double adam_ms = 0;
+  std::string opt_kind;
+  if (!offload_opt) {
+    adam_ms = transfer_ms(b.adam, device_gbps, "device memory");
+    opt_kind = "optimizer (device)";
+  } else {
+    adam_ms = transfer_ms(b.adam, adam_gbps, "CPU AdamW");
+  }
+  p.optimizer_ms = std::max(adam_ms, opt_io_ms) + opt_copy_ms;
+  if (offload_opt) opt_kind = adam_ms >= opt_io_ms ? "optimizer (cpu adamw)" : "optimizer (nvme)";
+  p.nvme_ms = fwd_read_ms + bwd_read_ms + opt_io_ms;
+  p.copy_ms = fwd_copy_ms + bwd_copy_ms + opt_copy_ms;
+
+  const double passes = p.forward_ms + p.backward_ms;
+  if (!offload_opt || !c.offload.overlap_optimizer) {
+    p.exposed_optimizer_ms = p.optimizer_ms;
+  } else if (cpu) {
+    // The AdamW runs on the cores the forward computes on: only the disk time can hide.
+    const double window = std::max(p.forward_ms + adam_ms + opt_copy_ms, opt_io_ms + opt_copy_ms);
+    p.exposed_optimizer_ms = window - p.forward_ms;
+  } else {
+    p.exposed_optimizer_ms = std::max(0.0, p.optimizer_ms - p.forward_ms);
+  }
+  p.step_ms = passes + p.exposed_optimizer_ms;
+
+  // The bottleneck: the largest share of the step — compute, the excess of a pass over its
+  // compute (reads or copies), or the optimizer's exposed part.
+  double read_excess = 0, copy_excess = 0, comm_excess = 0;
+  for (auto [pass, compute, busy, read, copy] :
+       {std::array{p.forward_ms, fwd_compute, fwd_busy, fwd_read_ms, fwd_copy_ms},
+        std::array{p.backward_ms, bwd_compute, bwd_busy, bwd_read_ms, bwd_copy_ms}}) {
+    comm_excess += busy - compute;
+    (read >= copy ? read_excess : copy_excess) += pass - busy;
+  }
+  const std::array<std::pair<double, std::string>, 5> parts = {{
+      {p.compute_ms, "compute"},
+      {comm_excess, "communication"},
+      {read_excess, "nvme (parameter reads)"},
+      {copy_excess, "host-device copies"},
+      {p.exposed_optimizer_ms, opt_kind},
+  }};
+  p.bottleneck = std::max_element(parts.begin(), parts.end(),
+                                  [](const auto& a, const auto& z) { return a.first < z.first; })
+                     ->second;
+  return p;
+}
+
+std::string PlacementCandidate::name() const {
+  return str("params=", tier_name(params), " grads=", tier_name(grads), " optimizer=", tier_name(optimizer));
+}
+
+Config with_placement(Config c, const PlacementCandidate& k) {
+  c.offload.params = k.params;
+  c.offload.grads = k.grads;
+  c.offload.optimizer = k.optimizer;
+  return c;
+}
+
+AutoPlan plan_placements(const Config& c, int dp, const PlanMachine& machine,
+                         const MachineRates& rates) {
+  const OffloadConfig& o = c.offload;
+  const bool vary_all = !o.any_auto();
+  auto options = [&](const TierSetting& s, std::vector<Tier> all) {
+    return vary_all || s.automatic ? all : std::vector<Tier>{s.tier};
+  };
+  const bool nvme = !o.nvme_path.empty();
+  std::vector<Tier> tiers = {Tier::device, Tier::host};
+  if (nvme) tiers.push_back(Tier::nvme);
+  AutoPlan plan;
+  // Optimizer first (its 12 of 16 bytes move the most), then params, then grads.
+  for (Tier opt : options(o.optimizer, tiers))
+    for (Tier params : options(o.params, tiers))
+      // With the optimizer off the device the gradients are in host memory whatever offload.grads
+      // says (Placement::grads_tier), so a fixed grads = device does not rule those out.
+      for (Tier grads : opt != Tier::device ? std::vector<Tier>{Tier::host}
+                                            : options(o.grads, {Tier::device, Tier::host})) {
+        if (opt == Tier::device && params != Tier::device && !machine.device_is_host_memory)
+          continue;  // the device AdamW cannot write a compute copy off the device (zero.cpp)
+        if (grads == Tier::nvme) continue;
+        PlacementCandidate k;
+        k.params = params, k.grads = grads, k.optimizer = opt;
+        const Config cc = with_placement(c, k);
+        k.fits = true;
+        for (int st = 0; st < c.parallel.pp; ++st) {
+          const MemoryPlan mp = plan_memory(cc, dp, machine, st);
+          k.device_bytes = std::max(k.device_bytes, mp.tier_bytes("device"));
+          k.pinned_bytes = std::max(k.pinned_bytes, mp.tier_bytes("pinned"));
+          k.host_bytes = std::max(k.host_bytes, mp.tier_bytes("host"));
+          k.nvme_bytes = std::max(k.nvme_bytes, mp.tier_bytes("nvme"));
+          for (const PlanCheck& ch : mp.checks) {
+            if (plan.candidates.empty() && st == 0)
+              plan.limits.push_back(str(ch.what, ": ", format_bytes(ch.limit), " (", ch.limit_name, ")"));
+            if (!ch.ok() && k.fits) {
+              k.fits = false;
+              k.why_not = str(ch.what, " needs ", format_bytes(ch.need), " of ", format_bytes(ch.limit));
+            }
+          }
+          const StepPrediction sp = predict_step(cc, dp, machine, rates, st);
+          if (st == 0 || sp.step_ms > k.prediction.step_ms) k.prediction = sp;
+        }
+        plan.candidates.push_back(std::move(k));
+      }
+  // A later candidate (more bytes moved) wins only when it is predicted faster by more than
+  // kTieMargin: closer than that is a tie within the model's rounding, not a real difference.
+  for (int i = 0; i < int(plan.candidates.size()); ++i) {
+    const PlacementCandidate& k = plan.candidates[size_t(i)];
+    if (k.fits && (plan.chosen < 0 || k.prediction.step_ms < (1 - kTieMargin) *
+                                          plan.candidates[size_t(plan.chosen)].prediction.step_ms))
+      plan.chosen = i;
+  }
+  return plan;
+}
+
+const PlacementCandidate& chosen_placement(const AutoPlan& plan) {
+  if (plan.chosen >= 0) return plan.candidates[size_t(plan.chosen)];
+  std::string what = "no placement fits";
+  for (const auto& k : plan.candidates) what += str("\n  ", k.name(), ": ", k.why_not);
+  what += "\n  limits:";
+  for (const auto& l : plan.limits) what += "\n    " + l;
+  throw Error("plan::auto", what,
+              {"raise offload.device_mem_limit or offload.pinned_mem_limit, add offload.nvme_path "
+               "(NVMe placements), use train.precision = \"bf16\" or more data-parallel ranks"});
+}
+
+}  // namespace strata

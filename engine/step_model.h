@@ -1,0 +1,122 @@
+// engine/step_model.h — the predicted step time of a placement, and the choice among placements
+// behind `offload.* = "auto"` and `strata plan --auto`.
+//
+// Pure functions of (config, ranks, machine, measured rates): nothing is probed or allocated
+// here (bench/rate_probe.h measures the rates, engine/rate_cache.h keeps them). Feasibility is
+// the memory plan's (engine/plan.h), so a placement "fits" exactly when `strata train` would
+// start it. The model is deliberately small; what it counts and what it leaves out:
+//
+//   per rank and step, m = train.grad_accum micro-batches of B × T tokens,
+//   F = LlamaModel::train_flops_per_token(T) × m·B·T (matmuls + causal attention),
+//   compute_fwd = F/3 ÷ gemm,  compute_bwd = 2F/3 ÷ gemm (+ F/3 with activation checkpointing:
+//                 the recompute runs inside the backward's gather, so it reads no more bytes);
+//                 tensor and pipeline parallelism divide F evenly by tp × pp
+//   pass time   = max(compute of the pass (+ its collectives on the CPU device, whose cores
+//                     copy them), its collectives ÷ comm rate (a GPU overlaps them),
+//                     its NVMe parameter reads ÷ read rate,
+//                     its host→device (and, in backward, gradient device→host) bytes ÷ copy rate)
+//   collectives = dp > 1: all-gathered bytes per gather (forward, backward) + the gradients
+//                 reduce-scattered per micro-batch, at comm_gbps (bench/comm_bench.h),
+//                 counted only when that rate was measured (the sweep does; a one-process probe
+//                 cannot)
+//   optimizer   = device AdamW: bytes ÷ device bandwidth;
+//                 host / NVMe: max(CPU AdamW bytes ÷ AdamW rate, NVMe read ÷ r + write ÷ w)
+//                              + the refreshed compute copy ÷ copy rate (params on the device)
+//   step        = fwd + bwd + optimizer                         (device optimizer, or overlap off)
+//               = fwd + bwd + max(0, optimizer − fwd)           (offload.overlap_optimizer, GPU)
+//               = bwd + max(fwd + AdamW, optimizer NVMe time)   (overlap on the CPU device: the
+//                                                                 AdamW shares the compute cores)
+//
+// Not counted: the data-parallel collectives when no comm rate was measured, tensor / pipeline
+// parallel traffic, non-GEMM ops (norms, softmax, casts: the step is slower by about 1 − MFU),
+// the pipeline bubble, and contention between a pass's NVMe reads and the optimizer's. CPU
+// rates (GEMM on the CPU device, AdamW, copies, NVMe) are shared by the ranks on one machine;
+// the CPU's compute rates scale with train.threads against the threads they were measured with
+// (each rank gets min(1 / ranks, threads / measured threads) of them).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "engine/config.h"
+#include "engine/plan.h"
+
+namespace strata {
+
+// The measured rates of one machine (decimal GB/s, FLOP/s); 0 = not measured.
+struct MachineRates {
+  std::string device;          // the device they were measured on (Device::name())
+  std::string nvme;            // the file systems of offload.nvme_path, or "" (rate_cache.h)
+  double gemm_flops = 0;       // f32 GEMM FLOP/s of strata's linear path on that device
+  double adam_gbps = 0;        // CPU AdamW, bytes moved per second (28 per f32-state parameter)
+  double device_mem_gbps = 0;  // the device AdamW's bytes per second (CPU device: adam_gbps)
+  double h2d_gbps = 0;         // host → device copies (CPU device: host memory copies)
+  double d2h_gbps = 0;         // device → host copies
+  double nvme_read_gbps = 0;   // over offload.nvme_path (bench/io_bench.h), 0 without one
+  double nvme_write_gbps = 0;
+  double comm_gbps = 0;        // data-parallel collectives: a 64M all-gather and reduce-scatter
+                               // together, bytes (gathered / reduced) ÷ time; 0: not measured
+  int cpu_threads = 0;         // oneTBB threads the CPU rates (GEMM on the CPU device, AdamW) used
+  std::string measured_at;     // UTC, ISO 8601
+  std::string source;          // where they came from: a cache file, or "measured now" (not stored)
+};
+
+// Bytes one rank moves per step on each link.
+struct StepBytes {
+  double h2d = 0, d2h = 0;              // host ⇄ device copies
+  double nvme_read = 0, nvme_write = 0; // all NVMe traffic
+  double nvme_param_read = 0;           // of which compute-copy reads during the passes
+  double adam = 0;                      // bytes the AdamW pass reads and writes
+  double comm = 0;                      // data-parallel collectives (as the engine counts them)
+};
+
+struct StepPrediction {
+  double forward_ms = 0, backward_ms = 0;  // each pass, reads and copies overlapped with compute
+  double compute_ms = 0;         // GEMM FLOPs at the GEMM rate, forward + backward (+ recompute)
+  double nvme_ms = 0;            // every NVMe byte at its rate (some of it hidden)
+  double copy_ms = 0;            // every host ⇄ device byte at its rate (some of it hidden)
+  double comm_ms = 0;            // the data-parallel collectives at the comm rate (0: not counted)
+  double optimizer_ms = 0;       // the optimizer step on its own
+  double exposed_optimizer_ms = 0;  // the part of it the step waits for
+  double step_ms = 0;
+  std::string bottleneck;        // "compute", "communication", "nvme (parameter reads)", "host-device copies",
+                                 // "optimizer (cpu adamw)", "optimizer (nvme)", "optimizer (device)"
+  StepBytes bytes;
+};
+
+// The prediction for a config whose placement is resolved (no "auto"); stage: the pipeline
+// stage (the caller takes the slowest). machine: device_is_host_memory says the CPU device;
+// ranks_here (0: dp × tp × pp) share its CPU rates and disks. Throws an Error naming the
+// missing rate when the placement needs one the rates lack (NVMe rates without nvme_path).
+StepPrediction predict_step(const Config& config, int dp, const PlanMachine& machine,
+                            const MachineRates& rates, int stage = 0);
+
+struct PlacementCandidate {
+  Tier params = Tier::device, grads = Tier::device, optimizer = Tier::device;
+  bool fits = false;
+  std::string why_not;        // the first limit it exceeds, when it does not fit
+  uint64_t device_bytes = 0, pinned_bytes = 0, host_bytes = 0, nvme_bytes = 0;  // per rank, largest stage
+  StepPrediction prediction;  // the slowest stage's
+  std::string name() const;   // "params=host grads=host optimizer=nvme"
+};
+
+struct AutoPlan {
+  std::vector<PlacementCandidate> candidates;  // every valid combination, all-device first
+  int chosen = -1;            // the fastest that fits; -1 when none does
+  std::vector<std::string> limits;  // each limit as the plan names it, for messages
+};
+
+// Every placement the engine allows with the "auto" keys varied (all three when none is
+// "auto"): params and optimizer over device, host, nvme (nvme only with offload.nvme_path;
+// params off the device with the optimizer on it only where the device is host-addressable,
+// i.e. the CPU device), grads device or host with the optimizer on the device, else host.
+// Ties — predictions within 1 % — go to the earlier candidate (fewer bytes moved). Does not
+// throw when nothing fits.
+AutoPlan plan_placements(const Config& config, int dp, const PlanMachine& machine,
+                         const MachineRates& rates);
+// The chosen candidate; an Error naming every limit when none fits.
+const PlacementCandidate& chosen_placement(const AutoPlan& plan);
+// The config with the candidate's tiers in place of its settings ("auto" resolved).
+Config with_placement(Config config, const PlacementCandidate& candidate);
+
+}  // namespace strata

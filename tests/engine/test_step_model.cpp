@@ -1,0 +1,305 @@
+// The step model and the placement choice behind offload.* = "auto" (engine/step_model.h), and
+// the rate cache (engine/rate_cache.h). No hardware is probed: the rates are injected, and the
+// machine (device size, RAM) is a PlanMachine the test sets.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "engine/config.h"
+#include "engine/model.h"
+#include "engine/rate_cache.h"
+#include "engine/step_model.h"
+#include "engine/zero.h"
+#include "tests/engine/test_util.h"
+
+using namespace strata;
+using strata::test::scratch_dir;
+using strata::test::write_bytes;
+
+namespace {
+
+// Rates of a made-up GPU machine: fast device, slower copies, slower disks.
+MachineRates rates() {
+  MachineRates r;
+  r.device = "test gpu";
+  r.nvme = "259:1 /mnt (ext4)";
+  r.gemm_flops = 100e9;
+  r.adam_gbps = 10;
+  r.device_mem_gbps = 1000;
+  r.h2d_gbps = 20;
+  r.d2h_gbps = 20;
+  r.nvme_read_gbps = 2;
+  r.nvme_write_gbps = 1.5;
+  r.cpu_threads = 2;
+  r.measured_at = "2026-12-01T17:00:00Z";
+  return r;
+}
+
+PlanMachine gpu_machine(uint64_t device_bytes = 64ull << 30) {
+  PlanMachine m;
+  m.device_is_host_memory = false;
+  m.device_capacity = device_bytes;
+  m.host_memory = 512ull << 30;
+  m.ranks_here = 1;
+  return m;
+}
+
+Config small(const std::string& nvme_dir) {
+  Config c;
+  c.model.dim = 128;
+  c.model.n_layers = 4;
+  c.model.n_heads = 4;
+  c.model.n_kv_heads = 2;
+  c.model.ffn_dim = 384;
+  c.data.seq_len = 64;
+  c.data.micro_batch = 2;
+  if (!nvme_dir.empty()) c.offload.nvme_path = {nvme_dir};
+  return c;
+}
+
+Config placed(Config c, Tier params, Tier optimizer) {
+  c.offload.params = params;
+  c.offload.optimizer = optimizer;
+  c.offload.grads = optimizer == Tier::device ? Tier::device : Tier::host;
+  return c;
+}
+
+}  // namespace
+
+TEST(StepModel, PicksAllDeviceWhenItFits) {
+  Config c = small(scratch_dir());
+  c.offload.params.automatic = c.offload.grads.automatic = c.offload.optimizer.automatic = true;
+  const AutoPlan plan = plan_placements(c, 1, gpu_machine(), rates());
+  // params × optimizer over 3 tiers, grads device|host with the optimizer on the device, and
+  // params off the device only with the optimizer off it (a GPU): 2 + 2·3 = 8 candidates.
+  EXPECT_EQ(plan.candidates.size(), 8u);
+  const PlacementCandidate& k = chosen_placement(plan);
+  EXPECT_EQ(k.params, Tier::device);
+  EXPECT_EQ(k.grads, Tier::device);
+  EXPECT_EQ(k.optimizer, Tier::device);
+  EXPECT_EQ(k.prediction.bottleneck, "compute");
+  const Config resolved = with_placement(c, k);
+  EXPECT_FALSE(resolved.offload.any_auto());
+  EXPECT_NO_THROW(zero_options(resolved));
+}
+
+TEST(StepModel, OffloadsWhenTheDeviceIsSmall) {
+  Config c = small(scratch_dir());
+  c.offload.params.automatic = c.offload.grads.automatic = c.offload.optimizer.automatic = true;
+  const AutoPlan roomy = plan_placements(c, 1, gpu_machine(), rates());
+  const uint64_t all_device = roomy.candidates.front().device_bytes;
+  ASSERT_GT(all_device, 0u);
+  c.offload.device_mem_limit = all_device - 1;  // the all-device run no longer fits
+  const AutoPlan plan = plan_placements(c, 1, gpu_machine(), rates());
+  EXPECT_FALSE(plan.candidates.front().fits);
+  const PlacementCandidate& k = chosen_placement(plan);
+  EXPECT_TRUE(k.params != Tier::device || k.grads != Tier::device || k.optimizer != Tier::device) << k.name();
+  EXPECT_LE(k.device_bytes, c.offload.device_mem_limit);
+  // The fastest of those that fit.
+  for (const auto& o : plan.candidates) {
+    if (o.fits) {
+      EXPECT_LE(k.prediction.step_ms, o.prediction.step_ms) << o.name();
+    }
+  }
+  // Smaller than every placement that keeps the optimizer on the device: it goes off.
+  uint64_t smallest = ~0ull;
+  for (const auto& o : roomy.candidates)
+    if (o.optimizer == Tier::device) smallest = std::min(smallest, o.device_bytes);
+  c.offload.device_mem_limit = smallest - 1;
+  const AutoPlan tight = plan_placements(c, 1, gpu_machine(), rates());
+  const PlacementCandidate& off = chosen_placement(tight);
+  EXPECT_NE(off.optimizer, Tier::device) << off.name();
+  EXPECT_EQ(off.grads, Tier::host) << off.name();
+}
+
+TEST(StepModel, KeepsTheTiersThatAreNotAuto) {
+  Config c = small(scratch_dir());
+  c.offload.params = Tier::host;
+  c.offload.optimizer.automatic = true;
+  c.offload.grads.automatic = true;
+  const AutoPlan plan = plan_placements(c, 1, gpu_machine(), rates());
+  ASSERT_FALSE(plan.candidates.empty());
+  for (const auto& k : plan.candidates) EXPECT_EQ(k.params, Tier::host) << k.name();
+  // grads left at its default (device) still lets the optimizer go off the device: the
+  // gradients then live in host memory anyway.
+  Config d = small(scratch_dir());
+  d.offload.optimizer.automatic = true;
+  d.offload.device_mem_limit = plan_placements(d, 1, gpu_machine(), rates()).candidates.front().device_bytes - 1;
+  const AutoPlan off = plan_placements(d, 1, gpu_machine(), rates());
+  const PlacementCandidate& k = chosen_placement(off);
+  EXPECT_NE(k.optimizer, Tier::device) << k.name();
+  EXPECT_EQ(k.grads, Tier::host) << k.name();
+}
+
+TEST(StepModel, RefusesWhenNothingFitsNamingTheLimits) {
+  Config c = small("");  // no NVMe: nvme is no candidate
+  c.offload.params.automatic = c.offload.grads.automatic = c.offload.optimizer.automatic = true;
+  c.offload.device_mem_limit = 64 << 10;
+  PlanMachine m = gpu_machine();
+  m.host_memory = 1 << 20;  // 1 MiB of RAM: the host tier cannot take the states either
+  const AutoPlan plan = plan_placements(c, 1, m, rates());
+  EXPECT_EQ(plan.chosen, -1);
+  for (const auto& k : plan.candidates) EXPECT_NE(k.params, Tier::nvme);
+  EXPECT_ERROR_HAS(chosen_placement(plan), "[plan::auto]", "no placement fits", "offload.device_mem_limit",
+                   "this machine's RAM", "params=device grads=device optimizer=device", "offload.nvme_path");
+}
+
+TEST(StepModel, BytesPerStepFollowTheTuningTable) {
+  // params and optimizer on NVMe in f32: the compute copy is the master; each pass reads it
+  // (forward, backward), the optimizer reads and writes master, m, v (docs/tuning.md).
+  Config c = placed(small(scratch_dir()), Tier::nvme, Tier::nvme);
+  const StepPrediction p = predict_step(c, 1, gpu_machine(), rates());
+  double shard = 0;
+  const LlamaModel model(c.model, 1);
+  for (const auto& u : model.units()) shard += double(u.layout.shard_numel());
+  EXPECT_DOUBLE_EQ(p.bytes.nvme_param_read, 2 * 4 * shard);
+  EXPECT_DOUBLE_EQ(p.bytes.nvme_read, 2 * 4 * shard + 12 * shard);
+  EXPECT_DOUBLE_EQ(p.bytes.nvme_write, 12 * shard);
+  EXPECT_DOUBLE_EQ(p.bytes.h2d, 2 * 4 * shard);  // staged to the device before each gather
+  EXPECT_DOUBLE_EQ(p.bytes.d2h, 4 * shard);      // the gradients, to the host
+  EXPECT_DOUBLE_EQ(p.bytes.adam, 28 * shard);
+  // bf16 m and v: 8 instead of 12 bytes each way.
+  c.train.optimizer_state_dtype = DType::bf16;
+  const StepPrediction q = predict_step(c, 1, gpu_machine(), rates());
+  EXPECT_DOUBLE_EQ(q.bytes.nvme_write, 8 * shard);
+  EXPECT_DOUBLE_EQ(q.bytes.adam, 20 * shard);
+}
+
+TEST(StepModel, MoreNvmeBytesOrSlowerDisksAreNeverFaster) {
+  const std::string dir = scratch_dir();
+  MachineRates slow = rates();
+  slow.adam_gbps = 1000;  // the disks, not the AdamW, bound the optimizer
+  for (bool overlap : {false, true}) {
+    Config c = placed(small(dir), Tier::nvme, Tier::nvme);
+    c.offload.overlap_optimizer = overlap;
+    const double f32 = predict_step(c, 1, gpu_machine(), slow).step_ms;
+    c.train.optimizer_state_dtype = DType::bf16;  // fewer optimizer bytes on NVMe
+    const double bf16 = predict_step(c, 1, gpu_machine(), slow).step_ms;
+    EXPECT_GE(f32, bf16);
+    MachineRates slower = slow;
+    slower.nvme_read_gbps /= 4;
+    slower.nvme_write_gbps /= 4;
+    EXPECT_GT(predict_step(c, 1, gpu_machine(), slower).step_ms, bf16);
+    EXPECT_EQ(predict_step(c, 1, gpu_machine(), slower).bottleneck.rfind("optimizer", 0), 0u)
+        << predict_step(c, 1, gpu_machine(), slower).bottleneck;
+  }
+  // Without overlap, each tier further from the device is not faster at these rates (with it,
+  // an offloaded optimizer may hide behind the forward and beat the device's).
+  Config c = small(dir);
+  c.offload.overlap_optimizer = false;
+  const double device = predict_step(placed(c, Tier::device, Tier::device), 1, gpu_machine(), rates()).step_ms;
+  const double host = predict_step(placed(c, Tier::host, Tier::host), 1, gpu_machine(), rates()).step_ms;
+  const double nvme = predict_step(placed(c, Tier::nvme, Tier::nvme), 1, gpu_machine(), rates()).step_ms;
+  EXPECT_LE(device, host);
+  EXPECT_LE(host, nvme);
+}
+
+TEST(StepModel, OverlapHidesTheOptimizerBehindTheForwardOnly) {
+  Config c = placed(small(scratch_dir()), Tier::device, Tier::host);
+  MachineRates r = rates();
+  r.adam_gbps = 0.01;  // an optimizer far longer than the forward
+  c.offload.overlap_optimizer = false;
+  const StepPrediction off = predict_step(c, 1, gpu_machine(), r);
+  c.offload.overlap_optimizer = true;
+  const StepPrediction on = predict_step(c, 1, gpu_machine(), r);
+  EXPECT_NEAR(off.step_ms, off.forward_ms + off.backward_ms + off.optimizer_ms, 1e-9);
+  EXPECT_NEAR(on.step_ms, off.step_ms - on.forward_ms, 1e-9);  // at most the forward is hidden
+  EXPECT_EQ(on.bottleneck, "optimizer (cpu adamw)");
+  // On the CPU device the AdamW shares the cores: nothing of it hides.
+  PlanMachine cpu = gpu_machine();
+  cpu.device_is_host_memory = true;
+  EXPECT_NEAR(predict_step(c, 1, cpu, r).step_ms, off.step_ms, 1e-9);
+}
+
+// On the CPU device the GEMM and AdamW rates are the measured threads' and are shared: a rank
+// gets min(1 / ranks on the machine, train.threads / measured threads) of them.
+TEST(StepModel, CpuRatesFollowThreadsAndRanks) {
+  PlanMachine cpu = gpu_machine();
+  cpu.device_is_host_memory = true;
+  Config c = placed(small(""), Tier::device, Tier::device);
+  const double all = predict_step(c, 1, cpu, rates()).compute_ms;
+  c.train.threads = 1;  // half the threads the rates were measured with
+  EXPECT_NEAR(predict_step(c, 1, cpu, rates()).compute_ms, 2 * all, 1e-9 * all);
+  cpu.ranks_here = 2;  // two ranks of one thread each on the 2 measured threads: still half each
+  EXPECT_NEAR(predict_step(c, 1, cpu, rates()).compute_ms, 2 * all, 1e-9 * all);
+  c.train.threads = 0;  // two ranks sharing all threads
+  EXPECT_NEAR(predict_step(c, 1, cpu, rates()).compute_ms, 2 * all, 1e-9 * all);
+  // A GPU's GEMM rate is its own.
+  PlanMachine gpu = gpu_machine();
+  gpu.ranks_here = 2;
+  c.train.threads = 1;
+  EXPECT_NEAR(predict_step(c, 1, gpu, rates()).compute_ms, all, 1e-9 * all);
+}
+
+// dp > 1: the collectives the engine counts (an all-gather per gather, a reduce-scatter per
+// micro-batch), counted only with a measured rate; the CPU device's cores copy them (added to
+// the pass), a GPU overlaps them with compute.
+TEST(StepModel, CollectivesWithAMeasuredRate) {
+  Config c = placed(small(""), Tier::device, Tier::device);
+  double padded = 0;
+  const LlamaModel model(c.model, 2);
+  for (const auto& u : model.units()) padded += double(u.layout.padded_numel());
+  MachineRates r = rates();
+  const StepPrediction none = predict_step(c, 2, gpu_machine(), r);
+  EXPECT_DOUBLE_EQ(none.bytes.comm, 2 * padded * 4 + padded * 4);
+  EXPECT_EQ(none.comm_ms, 0);  // no rate: not counted
+  r.comm_gbps = 1000;  // far faster than compute: a GPU hides it
+  const StepPrediction fast = predict_step(c, 2, gpu_machine(), r);
+  EXPECT_GT(fast.comm_ms, 0);
+  EXPECT_DOUBLE_EQ(fast.step_ms, none.step_ms);
+  PlanMachine cpu = gpu_machine();
+  cpu.device_is_host_memory = true;
+  const StepPrediction cpu_none = predict_step(c, 2, cpu, rates());
+  const StepPrediction cpu_fast = predict_step(c, 2, cpu, r);
+  EXPECT_NEAR(cpu_fast.step_ms, cpu_none.step_ms + cpu_fast.comm_ms, 1e-9 * cpu_fast.step_ms);
+  r.comm_gbps = 1e-3;  // far slower: the bottleneck
+  EXPECT_EQ(predict_step(c, 2, gpu_machine(), r).bottleneck, "communication");
+  EXPECT_EQ(predict_step(c, 2, cpu, r).bottleneck, "communication");
+}
+
+TEST(StepModel, UnresolvedAutoIsNeverAllocated) {
+  Config c = small("");
+  c.offload.optimizer.automatic = true;
+  EXPECT_ERROR_HAS(zero_options(c), "[zero::options]", "offload.optimizer = \"auto\"");
+  EXPECT_ERROR_HAS(predict_step(c, 1, gpu_machine(), rates()), "offload.optimizer = \"auto\"");
+}
+
+TEST(RateCache, RoundTrip) {
+  const std::string path = scratch_dir() + "/sub/rates.json";  // the directory is created
+  const std::string key = rate_cache_key("test gpu", "259:1 /mnt (ext4)");
+  EXPECT_FALSE(load_rates(path, key).has_value());  // no file yet
+  store_rates(path, key, rates());
+  MachineRates other = rates();
+  other.gemm_flops = 5e9;
+  store_rates(path, rate_cache_key("other", ""), other);  // a second machine, kept beside it
+  const auto back = load_rates(path, key);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->gemm_flops, 100e9);
+  EXPECT_EQ(back->nvme_read_gbps, 2);
+  EXPECT_EQ(back->nvme_write_gbps, 1.5);
+  EXPECT_EQ(back->cpu_threads, 2);
+  EXPECT_EQ(back->measured_at, "2026-12-01T17:00:00Z");
+  EXPECT_EQ(back->source, path);
+  EXPECT_EQ(load_rates(path, rate_cache_key("other", ""))->gemm_flops, 5e9);
+  EXPECT_FALSE(load_rates(path, rate_cache_key("a third", "")).has_value());
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+}
+
+TEST(RateCache, CorruptFileIsAnErrorNamingTheFileAndTheFix) {
+  const std::string dir = scratch_dir();
+  const std::string path = dir + "/rates.json";
+  const std::string key = rate_cache_key("test gpu", "259:1 /mnt (ext4)");
+  write_bytes(path, "{\"version\": 1, \"machines\": {");  // cut short
+  EXPECT_ERROR_HAS(load_rates(path, key), "[plan::rate_cache]", path, "not JSON", "--reprobe", "rm");
+  EXPECT_ERROR_HAS(store_rates(path, key, rates()), path, "not JSON");  // never overwritten silently
+  write_bytes(path, "[1, 2]");
+  EXPECT_ERROR_HAS(load_rates(path, key), path, "machines");
+  store_rates(dir + "/good.json", key, rates());
+  std::string text = strata::test::read_bytes(dir + "/good.json");
+  const size_t at = text.find("\"gemm_flops\"");
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, text.find(',', at) - at, "\"gemm_flops\": -1");
+  write_bytes(path, text);
+  EXPECT_ERROR_HAS(load_rates(path, key), path, "gemm_flops = -1", "--reprobe");
+}
