@@ -129,7 +129,7 @@ nlohmann::json run_sweep(Communicator& world, const SweepOptions& o) {
     c.log.metrics.clear();
     c.log.trace.clear();
     validate(c);
-    std::vector<double> step, compute, wait_comm, wait_io, optim, tps, h2d, d2h, nr, nw, comm;
+    std::vector<double> step, compute, wait_comm, wait_io, optim, uwait, tps, h2d, d2h, nr, nw, comm;
     uint64_t device_peak = 0;
     TrainerOptions topt;
     topt.progress = false;
@@ -140,6 +140,7 @@ nlohmann::json run_sweep(Communicator& world, const SweepOptions& o) {
       wait_comm.push_back(r.wait_comm_ms);
       wait_io.push_back(r.traffic.nvme_wait_ms);
       optim.push_back(r.optimizer_ms);
+      uwait.push_back(r.traffic.update_wait_ms);
       tps.push_back(r.tokens_per_s);
       h2d.push_back(double(r.traffic.h2d_bytes));
       d2h.push_back(double(r.traffic.d2h_bytes));
@@ -167,7 +168,8 @@ nlohmann::json run_sweep(Communicator& world, const SweepOptions& o) {
                     {"tokens_per_s", mean(tps)},
                     {"step_ms", mean(step)},
                     {"time", {{"compute_ms", mean(compute)}, {"wait_io_ms", mean(wait_io)},
-                              {"wait_comm_ms", mean(wait_comm)}, {"optimizer_ms", mean(optim)}}},
+                              {"wait_comm_ms", mean(wait_comm)}, {"optimizer_ms", mean(optim)},
+                              {"update_wait_ms", mean(uwait)}}},
                     {"peak_bytes", {{"device", device_peak}, {"pinned", zmem.pinned_bytes},
                                     {"host_state", zmem.host_bytes}, {"nvme", zmem.nvme_bytes},
                                     {"host_rss", summary.host_peak_rss_bytes}}},
@@ -227,7 +229,7 @@ std::string sweep_csv(const nlohmann::json& s) {
       "optimizer_ms,device_peak_bytes,pinned_bytes,host_state_bytes,nvme_bytes,host_rss_bytes,"
       "h2d_bytes_per_step,d2h_bytes_per_step,nvme_read_bytes_per_step,nvme_write_bytes_per_step,"
       "comm_bytes_per_step,io_bound_ms,bound_ms,step_over_bound,predicted_step_ms,predicted_bottleneck,"
-      "measured_over_predicted\n";
+      "measured_over_predicted,update_wait_ms\n";
   for (const auto& r : s["rows"]) {
     char line[1024];
     // Sweeps saved before the step model have no prediction: empty cells.
@@ -239,8 +241,11 @@ std::string sweep_csv(const nlohmann::json& s) {
                     r["measured_over_predicted"].get<double>());
       predicted = cells;
     }
+    // Sweeps saved before the overlapped optimizer step have no update waits: an empty cell.
+    std::string update_wait;
+    if (r["time"].contains("update_wait_ms")) update_wait = str(r["time"]["update_wait_ms"].get<double>());
     std::snprintf(line, sizeof line,
-                  "%s,%s,%s,%s,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f,%llu,%llu,%llu,%llu,%llu,%.0f,%.0f,%.0f,%.0f,%.0f,%.1f,%.1f,%.3f,%s\n",
+                  "%s,%s,%s,%s,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f,%llu,%llu,%llu,%llu,%llu,%.0f,%.0f,%.0f,%.0f,%.0f,%.1f,%.1f,%.3f,%s,%s\n",
                   r["placement"].get<std::string>().c_str(), r["params"].get<std::string>().c_str(),
                   r["optimizer"].get<std::string>().c_str(), r["grads"].get<std::string>().c_str(),
                   r["tokens_per_s"].get<double>(), r["step_ms"].get<double>(),
@@ -255,7 +260,7 @@ std::string sweep_csv(const nlohmann::json& s) {
                   r["bytes_per_step"]["nvme_read"].get<double>(),
                   r["bytes_per_step"]["nvme_write"].get<double>(), r["bytes_per_step"]["comm"].get<double>(),
                   r["io_bound_ms"].get<double>(), r["bound_ms"].get<double>(),
-                  r["step_over_bound"].get<double>(), predicted.c_str());
+                  r["step_over_bound"].get<double>(), predicted.c_str(), update_wait.c_str());
     out += line;
   }
   return out;
