@@ -107,6 +107,7 @@ struct ZeroEngine::Impl {
     std::mutex mu;
     std::condition_variable cv;
     bool go = false, abort = false, finished = false;
+    int64_t go_us = 0;  // trace clock when the worker saw go after waiting for it (0: no wait)
     StepParams params;
     std::vector<char> updated;
     std::exception_ptr error;

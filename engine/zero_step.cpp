@@ -165,7 +165,14 @@ void ZeroEngine::Impl::run_job(StepJob& j) {
       step_unit_chunked(u, j.params, &j);  // reads j.params only after seeing go
       Shard& g = units_[size_t(u)].grad;
       std::memset(g.mem.data(), 0, g.bytes);  // host memory: the optimizer is off the device
-      if (t0) trace_span("optimizer", str("update ", model_.unit(u).name), t0, trace_now_us() - t0);
+      if (t0) {  // from go on: unit 0's reads ahead fall in the optimizer track's "wait"
+        int64_t from = t0;
+        {
+          std::lock_guard<std::mutex> lock(j.mu);
+          from = std::max(from, j.go_us);
+        }
+        trace_span("optimizer", str("update ", model_.unit(u).name), from, trace_now_us() - from);
+      }
       {
         std::lock_guard<std::mutex> lock(j.mu);
         j.updated[size_t(u)] = 1;
@@ -194,7 +201,10 @@ void ZeroEngine::Impl::await_go(StepJob& j) {
     fail("zero::step", str("the optimizer step's reads waited ", opt_.timeout_s,
                            " s for the gradients to become final (parallel.timeout)"));
   if (j.abort) fail("zero::step", "the prepared optimizer step was abandoned before its update");
-  if (t0) trace_span("optimizer", "wait for the norm", t0, trace_now_us() - t0);
+  if (t0) {
+    j.go_us = trace_now_us();
+    trace_span("optimizer", "wait", t0, j.go_us - t0);  // for the norm (go): blocked
+  }
 }
 
 void ZeroEngine::Impl::await_update(int u) {
