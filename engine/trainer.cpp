@@ -149,6 +149,20 @@ struct Trainer::Impl {
   std::unique_ptr<CheckpointWriter> writer;
   std::vector<CheckpointPiece> ckpt_pieces;  // rank 0: the manifest's pieces, built at the first save
 
+  // An error mid-pass (an overlapped optimizer step's failure surfaces in the next forward) can
+  // leave work queued on the streams that reads the host batches and buffers freed with the
+  // members below: drain the streams first (one that fails does not skip the others).
+  ~Impl() {
+    for (Stream* st : {compute.get(), comm.get(), reduce.get(), host_stream.get()}) {
+      if (!st) continue;
+      try {
+        st->synchronize();
+      } catch (const std::exception& e) {
+        log_warn("train", "error while draining stream '", st->name(), "' at shutdown: ", e.what());
+      }
+    }
+  }
+
   Impl(const Config& c, Communicator& w, TrainerOptions o) : cfg(c), opt(std::move(o)), world(w) {
     validate(cfg);
     watchdog_set_timeout(cfg.parallel.timeout);
