@@ -155,7 +155,7 @@ struct ZeroEngine::Impl {
   bool overlapped_step() const;  // overlap on and the states off the device (CPU AdamW)
   void prepare_step();
   void optimizer_step(const AdamWHyper& hyper, int64_t step, float grad_scale, bool decay_norms);
-  void start_job(bool go);       // a StepJob and its worker (go: params already set)
+  void start_job();              // a StepJob and its worker, before go
   void run_job(StepJob& job);    // the worker's body
   void await_go(StepJob& job);   // in the worker, before its first update; throws on abort
   // The engine's thread, before a pass reads unit u's compute copy: waits for u's update when a

@@ -108,7 +108,7 @@ bool ZeroEngine::Impl::overlapped_step() const {
 void ZeroEngine::Impl::prepare_step() {
   if (!overlapped_step() || (job_ && !job_->go)) return;  // serial, or prepared already
   finish_step();  // the previous step (its updates were all awaited by the passes since)
-  start_job(false);
+  start_job();
 }
 
 void ZeroEngine::Impl::optimizer_step(const AdamWHyper& hyper, int64_t step, float grad_scale,
@@ -120,9 +120,7 @@ void ZeroEngine::Impl::optimizer_step(const AdamWHyper& hyper, int64_t step, flo
   StepParams p{hyper, step, grad_scale, decay_norms};
   if (overlapped_step()) {
     if (job_ && job_->go) finish_step();  // a previous step nobody waited for
-    if (!job_) {
-      start_job(false);
-    }
+    if (!job_) start_job();
     {
       std::lock_guard<std::mutex> lock(job_->mu);
       job_->params = p;
@@ -148,9 +146,8 @@ void ZeroEngine::Impl::optimizer_step(const AdamWHyper& hyper, int64_t step, flo
   // own in flight on the swapper, and their tickets are the writer's to wait for.)
 }
 
-void ZeroEngine::Impl::start_job(bool go) {
+void ZeroEngine::Impl::start_job() {
   job_ = std::make_unique<StepJob>();
-  job_->go = go;
   job_->updated.assign(size_t(model_.num_units()), 0);
   StepJob& j = *job_;
   j.worker = std::thread([this, &j] { run_job(j); });
