@@ -1,9 +1,9 @@
 // engine/test_hooks.h — hooks for tests: I/O faults injected beneath the NVMe swap and the
-// checkpoint files, a callback at each phase of a checkpoint save, before each step and before
-// each unit's optimizer update, and a forced CPU AdamW path. Tests and apps/strata's
-// STRATA_FAULT (tests/cli) include this header and
-// hand a TestHooks to TrainerOptions::test_hooks, the one entry point; the trainer passes it on to
-// the ZeRO engine and the checkpoint writer.
+// checkpoint files, a callback at each phase of a checkpoint save, before each step, before
+// each unit's optimizer update and after each gradient reduction, and a forced CPU AdamW path.
+// Tests and apps/strata's STRATA_FAULT (tests/cli) include this header and hand a TestHooks to
+// TrainerOptions::test_hooks, the one entry point; the trainer passes it on to the ZeRO engine
+// and the checkpoint writer.
 //
 // Public headers only name the type, so they do not see io/fault_backend.h. A real run has no
 // hooks (a null pointer) and none of this changes a number when the hooks are empty.
@@ -39,6 +39,9 @@ struct TestHooks {
   // Called before the optimizer updates unit u — on the step's worker thread when the step is
   // overlapped (offload.overlap_optimizer), else on the engine's thread (e.g. a slow update).
   std::function<void(int unit)> before_unit_update;
+  // Called on the engine's thread once reduce_grad(u) has enqueued unit u's gradient reduction
+  // (every backward pass; an unclipped step's update of u may start from then on).
+  std::function<void(int unit)> after_reduce_grad;
 };
 
 // ---- for the engine's own use ----

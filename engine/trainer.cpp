@@ -488,8 +488,8 @@ struct Trainer::Impl {
   // as their slot is free, so they wait on the link while compute runs. With
   // zero.reshard_after_forward = false the units stay gathered for the whole step (gathered once,
   // released after the last backward); otherwise each forward and each backward gathers them.
-  template <class LoadMicro>
-  void pipeline_step(float dloss, LoadMicro& load_micro) {
+  template <class LoadMicro, class LastBackward>
+  void pipeline_step(float dloss, LoadMicro& load_micro, LastBackward& last_backward) {
     const int A = cfg.train.grad_accum, slots = runner->slots();
     const bool keep = !cfg.zero.reshard_after_forward;
     int held = 0;
@@ -503,7 +503,7 @@ struct Trainer::Impl {
         pipe_forward(op.micro, load_micro, keep);
       } else {
         --held;
-        if (j + 1 == schedule.size()) zero->prepare_step();  // the last backward: read states ahead
+        if (j + 1 == schedule.size()) last_backward();
         pipe_backward(op.micro, dloss, !keep || j + 1 == schedule.size());
         if (op.micro + slots < A) post_receives(op.micro + slots);
       }
@@ -554,13 +554,35 @@ struct Trainer::Impl {
       else
         load(*train_windows, windows_done + (uint64_t(a) * dp + rank) * B, a % 2);
     };
+    r.lr = lr.at(steps_done);
+    AdamWHyper h;
+    h.lr = float(r.lr);
+    h.beta1 = cfg.train.beta1;
+    h.beta2 = cfg.train.beta2;
+    h.eps = cfg.train.eps;
+    h.weight_decay = cfg.train.weight_decay;
+    // Before the step's last backward. Clipping needs the norm of every final gradient, so the
+    // optimizer only reads its states ahead (prepare_step); without it nothing waits for the
+    // norm and each unit is updated as soon as its gradient is final, beside the rest of the
+    // backward (update_in_backward) — unless on_gradients must see the gradients first. A save
+    // in progress must have read master, m and v before they change.
+    const bool update_in_backward = cfg.train.grad_clip <= 0.0f && !opt.on_gradients;
+    auto last_backward = [&] {
+      if (!update_in_backward) return zero->prepare_step();
+      if (writer) {
+        auto tw = Clock::now();
+        writer->wait_reads();
+        r.checkpoint_stall_ms += ms_since(tw);
+      }
+      zero->update_in_backward(h, r.step, cfg.train.decay_norms);
+    };
     if (pp > 1) {
-      pipeline_step(dloss, load_micro);
+      pipeline_step(dloss, load_micro, last_backward);
     } else {
       for (int a = 0; a < A; ++a) {
         load_micro(a);
         forward_all(!cfg.zero.reshard_after_forward);
-        if (a + 1 == A) zero->prepare_step();  // the last backward: read states ahead
+        if (a + 1 == A) last_backward();
         backward_all(dloss);
       }
     }
@@ -582,20 +604,14 @@ struct Trainer::Impl {
       fail("train::step", str("step ", r.step, ": loss ", r.loss, ", gradient norm ", r.grad_norm,
                               " — training diverged"),
            "lower train.lr, raise train.warmup_steps, or set train.grad_clip");
-    r.lr = lr.at(steps_done);
-    AdamWHyper h;
-    h.lr = float(r.lr);
-    h.beta1 = cfg.train.beta1;
-    h.beta2 = cfg.train.beta2;
-    h.eps = cfg.train.eps;
-    h.weight_decay = cfg.train.weight_decay;
     if (writer) {  // a save in progress must have read master, m and v before they change
       auto tw = Clock::now();
       writer->wait_reads();
       r.checkpoint_stall_ms += ms_since(tw);
     }
     // Zeroes the gradients too; with offload.overlap_optimizer it returns at once and the next
-    // step's forward of unit u waits only for unit u's update.
+    // step's forward of unit u waits only for unit u's update (unclipped: the backward and
+    // grad_norm() applied the step already).
     zero->optimizer_step(h, r.step, clip_coefficient(r.grad_norm, cfg.train.grad_clip),
                          cfg.train.decay_norms);
     compute->synchronize();

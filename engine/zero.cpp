@@ -213,8 +213,13 @@ ZeroEngine::Impl::Impl(const LlamaModel& model, Device& device, Communicator& dp
   size_t n_ranges = 0;
   for (int u = 0; u < model.num_units(); ++u) {
     const FlatLayout& L = model.unit(u).layout;
+    norm_first_.push_back(n_ranges);
     norm_ranges_.push_back(norm_ranges(L, size_t(dp.rank()) * L.shard_numel(), L.shard_numel()));
     n_ranges += norm_ranges_.back().size();
+  }
+  if (overlapped_step()) {  // what an unclipped step's updates during the backward need
+    for (int u = 0; u < model.num_units(); ++u) final_events_.push_back(device.make_event());
+    norm_stream_ = device.make_stream("optimizer norm");
   }
   n_ranges = std::max(n_ranges, units_.size());
   norm_parts_ = device.alloc(n_ranges * 8, "gradient norm partial sums");

@@ -153,12 +153,29 @@ class ZeroEngine {
   // ahead from NVMe while the backward runs; it updates nothing until optimizer_step() gives it
   // the hyper-parameters (the clipping coefficient needs the norm of every final gradient).
   //
+  // update_in_backward(h, step, decay_norms) (overlap only; in place of prepare_step() when the
+  // step does not clip, grad_scale 1): nothing waits for the norm, so each unit is updated as
+  // soon as the backward that follows has made its gradient final (reduce_grad(u) of that pass;
+  // call it before the last backward pass of the step), in backward order, while the rest of
+  // the backward runs — the states' NVMe traffic overlaps the backward. The worker sums each
+  // unit's squares before its update, so grad_norm() (it waits for the whole step; unit 0, the
+  // next forward's first, is updated last) returns the norm the serial order computes, and
+  // optimizer_step() with the same arguments and grad_scale 1 returns at once (other arguments
+  // are an error: the updates are applied). The numbers are the serial order's. Gradients read
+  // between the backward and optimizer_step() are zero (already consumed): a caller that needs
+  // them (Trainer's on_gradients) uses prepare_step(). Without overlap this does nothing.
+  //
   // Example (the trainer's step):
   //   for micro-batch a: forward; if (a == last) zero.prepare_step(); backward
   //   double norm = zero.grad_norm();
   //   zero.optimizer_step(h, step, clip_coefficient(norm, clip), decay_norms);  // returns
   //   next step: begin_pass(forward) ... acquire(0) waits for unit 0's update, not unit 1's
+  // and without clipping:
+  //   for micro-batch a: forward; if (a == last) zero.update_in_backward(h, step, dn); backward
+  //   double norm = zero.grad_norm();  // waits for the updates
+  //   zero.optimizer_step(h, step, 1.0f, dn);  // returns
   void prepare_step();
+  void update_in_backward(const AdamWHyper& hyper, int64_t step, bool decay_norms);
   void optimizer_step(const AdamWHyper& hyper, int64_t step, float grad_scale, bool decay_norms);
   void finish_step();  // waits for a step in flight and rethrows its error; no-op when none
   void zero_grads();

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/size.h"
 #include "core/watchdog.h"
+#include "engine/test_hooks.h"
 #include "engine/zero_state.h"
 #include "kernels/ops.h"
 #include "offload/swap_space.h"
@@ -191,7 +192,11 @@ float* ZeroEngine::Impl::acquire_grad(int u) {
 
 void ZeroEngine::Impl::reduce_grad(int u) {
   Unit& s = units_[size_t(checked_unit(u, "reduce_grad"))];
-  if (aliased_grads()) return;
+  if (aliased_grads()) {  // the backward accumulated into the shard on the compute stream
+    mark_final(u, compute_);
+    if (opt_.test_hooks && opt_.test_hooks->after_reduce_grad) opt_.test_hooks->after_reduce_grad(u);
+    return;
+  }
   if (s.grad_slot < 0) protocol_violation(u, "reduce_grad of a unit whose gradient was not acquired");
   watchdog_set_unit(model_.unit(u).name);
   Slot& sl = grad_slots_[size_t(s.grad_slot)];
@@ -220,6 +225,8 @@ void ZeroEngine::Impl::reduce_grad(int u) {
   reduce_.record(*sl.free);
   sl.owner = -1;
   s.grad_slot = -1;
+  mark_final(u, reduce_);  // an unclipped step's update of u may start (update_in_backward)
+  if (opt_.test_hooks && opt_.test_hooks->after_reduce_grad) opt_.test_hooks->after_reduce_grad(u);
 }
 
 void ZeroEngine::Impl::check_quiescent(const char* op) const {

@@ -103,13 +103,19 @@ struct ZeroEngine::Impl {
   // new values and its gradient is zero. `finished`: the worker returned (after the last unit,
   // or with `error`). The engine's thread owns the StepJob; the worker reads and writes the
   // fields under `mu` only (params: after seeing go).
+  //
+  // An unclipped step (update_in_backward) is `eager`: go is given at the start, the worker
+  // steps the units in backward order, each once final[u] — the last backward reduced its
+  // gradient and recorded final_events_[u] after the accumulation — and first adds its squares
+  // to the norm's partial sums. `abort` then means: stop at the first unit not yet final.
   struct StepJob {
     std::mutex mu;
     std::condition_variable cv;
-    bool go = false, abort = false, finished = false;
+    bool go = false, abort = false, finished = false, eager = false;
     int64_t go_us = 0;  // trace clock when the worker saw go after waiting for it (0: no wait)
     StepParams params;
     std::vector<char> updated;
+    std::vector<char> final;  // eager: unit u's gradient is final (its event is recorded)
     std::exception_ptr error;
     std::thread worker;
   };
@@ -154,9 +160,23 @@ struct ZeroEngine::Impl {
   double grad_norm();
   bool overlapped_step() const;  // overlap on and the states off the device (CPU AdamW)
   void prepare_step();
+  void update_in_backward(const StepParams& p);
   void optimizer_step(const AdamWHyper& hyper, int64_t step, float grad_scale, bool decay_norms);
-  void start_job();              // a StepJob and its worker, before go
+  // A StepJob and its worker: before go, or (eager) with go and its params given.
+  void start_job(bool eager, const StepParams* params = nullptr);
   void run_job(StepJob& job);    // the worker's body
+  // reduce_grad(u) of the last backward of an eager step: u's gradient is final once the work
+  // enqueued so far on `accumulating` has run.
+  void mark_final(int u, Stream& accumulating);
+  // In the worker of an eager step: waits (bounded) for unit u's gradient to be final, then sums
+  // its squares into the norm's partial sums.
+  void await_final(StepJob& job, int u);
+  // Unit u's partial sums of the gradient norm (its norm_ranges_) into norm_parts_ (via
+  // `stream`, synchronized) or norm_host_ (grads the host reads directly on a device it cannot
+  // address) — the same operations grad_norm() runs, so the norm is the same either way.
+  void unit_norm_parts(int u, Stream& stream);
+  // One unit's update, with the test hook before it and its trace span (serial or worker).
+  void update_unit(int u, const StepParams& p, StepJob* gate);
   void await_go(StepJob& job);   // in the worker, before its first update; throws on abort
   // The engine's thread, before a pass reads unit u's compute copy: waits for u's update when a
   // started step has not reached it (bounded; the step's error is rethrown).
@@ -207,6 +227,7 @@ struct ZeroEngine::Impl {
   // The gradient norm's ranges of each unit's shard (primary views only; the whole shard when
   // every view is primary), and one double per range.
   std::vector<std::vector<std::pair<size_t, size_t>>> norm_ranges_;
+  std::vector<size_t> norm_first_;  // index of unit u's first range among every unit's
   Buffer norm_parts_;     // one double per range (device)
   Buffer norm_host_;      // the same on the host
   std::vector<int> order_;  // the current pass's unit order
@@ -226,6 +247,12 @@ struct ZeroEngine::Impl {
   double update_wait_ms_ = 0;
   std::atomic<uint64_t> step_h2d_bytes_{0};
   std::unique_ptr<Stream> step_stream_;
+  // Eager (unclipped) steps: one event per unit, recorded where its last gradient accumulation
+  // was enqueued; the worker's own stream for the norm's partial sums; the step the worker
+  // applied and whose norm parts it left, until grad_norm() / optimizer_step() take it.
+  std::vector<std::unique_ptr<Event>> final_events_;
+  std::unique_ptr<Stream> norm_stream_;
+  std::optional<StepParams> eager_step_;
   std::optional<AdamIsa> adam_isa_;  // a CPU AdamW path forced by the test hooks, else none
   std::unique_ptr<Source> checkpoint_source_;
 };

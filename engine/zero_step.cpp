@@ -57,31 +57,48 @@ void set_moments(AdamWTensors& t, void* m, void* v, size_t o, bool bf16_states) 
 
 }  // namespace
 
+void ZeroEngine::Impl::unit_norm_parts(int u, Stream& stream) {
+  const auto& ranges = norm_ranges_[size_t(u)];
+  const float* g = units_[size_t(u)].grad.ptr<float>();
+  if (grads_tier_ == Tier::device || device_.host_addressable()) {
+    double* parts = norm_parts_.as<double>() + norm_first_[size_t(u)];
+    for (size_t k = 0; k < ranges.size(); ++k)
+      device_.ops().sum_squares(stream, parts + k, g + ranges[k].first, ranges[k].second);
+  } else {
+    double* h = norm_host_.as<double>() + norm_first_[size_t(u)];
+    for (size_t k = 0; k < ranges.size(); ++k) {
+      double acc = 0;
+      for (size_t i = ranges[k].first; i < ranges[k].first + ranges[k].second; ++i) acc += double(g[i]) * g[i];
+      h[k] = acc;
+    }
+  }
+}
+
 double ZeroEngine::Impl::grad_norm() {
-  settle_step();  // a started step zeroes the gradients
+  if (job_ && job_->eager) {
+    // An unclipped step: the worker summed each unit's squares before updating it. Its last
+    // unit is unit 0, the one the next forward needs first, so waiting for all of it costs the
+    // next pass nothing.
+    const auto t0 = std::chrono::steady_clock::now();
+    const int64_t tr0 = trace_enabled() ? trace_now_us() : 0;
+    finish_step();
+    update_wait_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (tr0) trace_span("update waits", "wait", tr0, trace_now_us() - tr0);
+  } else {
+    settle_step();  // a started step zeroes the gradients
+  }
   watchdog_set_unit("");
   compute_.synchronize();
   comm_.synchronize();
   reduce_.synchronize();
-  Ops& ops = device_.ops();
-  double* parts = norm_parts_.as<double>();
+  const int U = model_.num_units();
+  const size_t n = norm_first_[size_t(U - 1)] + norm_ranges_[size_t(U - 1)].size();  // partial sums
+  if (!eager_step_)
+    for (int u = 0; u < U; ++u) unit_norm_parts(u, compute_);
   double* h = norm_host_.as<double>();
-  size_t n = 0;  // partial sums, one per range
   if (grads_tier_ == Tier::device || device_.host_addressable()) {
-    for (int u = 0; u < model_.num_units(); ++u)
-      for (auto [begin, count] : norm_ranges_[size_t(u)])
-        ops.sum_squares(compute_, parts + n++, units_[size_t(u)].grad.ptr<float>() + begin, count);
-    compute_.copy(h, parts, n * 8);
+    compute_.copy(h, norm_parts_.data(), n * 8);
     compute_.synchronize();
-  } else {
-    for (int u = 0; u < model_.num_units(); ++u) {
-      const float* g = units_[size_t(u)].grad.ptr<float>();
-      for (auto [begin, count] : norm_ranges_[size_t(u)]) {
-        double acc = 0;
-        for (size_t i = begin; i < begin + count; ++i) acc += double(g[i]) * g[i];
-        h[n++] = acc;
-      }
-    }
   }
   double local = 0;
   for (size_t i = 0; i < n; ++i) local += h[i];
@@ -108,7 +125,20 @@ bool ZeroEngine::Impl::overlapped_step() const {
 void ZeroEngine::Impl::prepare_step() {
   if (!overlapped_step() || (job_ && !job_->go)) return;  // serial, or prepared already
   finish_step();  // the previous step (its updates were all awaited by the passes since)
-  start_job();
+  start_job(false);
+}
+
+void ZeroEngine::Impl::update_in_backward(const StepParams& p) {
+  if (!overlapped_step()) return;  // serial: optimizer_step() does it all
+  STRATA_CHECK(p.grad_scale == 1.0f, "zero::step",
+               "update_in_backward with grad_scale ", p.grad_scale, ": only an unclipped step's "
+               "updates can run before the norm is known");
+  if (eager_step_)
+    fail("zero::step", str("update_in_backward for step ", p.step, " while step ", eager_step_->step,
+                           "'s updates were never finished by optimizer_step()"));
+  finish_step();  // the previous step (overlapped into this step's passes)
+  start_job(true, &p);
+  eager_step_ = p;
 }
 
 void ZeroEngine::Impl::optimizer_step(const AdamWHyper& hyper, int64_t step, float grad_scale,
@@ -118,9 +148,21 @@ void ZeroEngine::Impl::optimizer_step(const AdamWHyper& hyper, int64_t step, flo
   comm_.synchronize();
   reduce_.synchronize();
   StepParams p{hyper, step, grad_scale, decay_norms};
+  if (eager_step_) {  // the backward applied it already (update_in_backward)
+    finish_step();
+    const StepParams e = *std::exchange(eager_step_, std::nullopt);
+    const AdamWHyper& a = e.hyper;
+    if (e.step != step || grad_scale != 1.0f || e.decay_norms != decay_norms || a.lr != hyper.lr ||
+        a.beta1 != hyper.beta1 || a.beta2 != hyper.beta2 || a.eps != hyper.eps ||
+        a.weight_decay != hyper.weight_decay)
+      fail("zero::step", str("optimizer_step(step ", step, ", lr ", hyper.lr, ", grad_scale ", grad_scale,
+                             ") differs from the update_in_backward(step ", e.step, ", lr ", a.lr,
+                             ") whose updates were already applied during the backward"));
+    return;
+  }
   if (overlapped_step()) {
     if (job_ && job_->go) finish_step();  // a previous step nobody waited for
-    if (!job_) start_job();
+    if (!job_) start_job(false);
     {
       std::lock_guard<std::mutex> lock(job_->mu);
       job_->params = p;
@@ -129,16 +171,7 @@ void ZeroEngine::Impl::optimizer_step(const AdamWHyper& hyper, int64_t step, flo
     job_->cv.notify_all();
     return;
   }
-  for (int u = 0; u < model_.num_units(); ++u) {
-    const int64_t t0 = trace_enabled() ? trace_now_us() : 0;
-    if (opt_.test_hooks && opt_.test_hooks->before_unit_update) opt_.test_hooks->before_unit_update(u);
-    if (place_.optimizer == Tier::device && !device_.host_addressable())
-      step_unit_on_device(u, p);  // enqueued on the compute stream: no span of its own
-    else
-      step_unit_chunked(u, p, nullptr);
-    if (t0 && place_.optimizer != Tier::device)
-      trace_span("optimizer", str("update ", model_.unit(u).name), t0, trace_now_us() - t0);
-  }
+  for (int u = 0; u < model_.num_units(); ++u) update_unit(u, p, nullptr);
   compute_.synchronize();
   zero_grads();
   // Every NVMe write of the step was waited for by its chunk pipeline (step_unit_chunked), so the
@@ -146,30 +179,79 @@ void ZeroEngine::Impl::optimizer_step(const AdamWHyper& hyper, int64_t step, flo
   // own in flight on the swapper, and their tickets are the writer's to wait for.)
 }
 
-void ZeroEngine::Impl::start_job() {
+void ZeroEngine::Impl::update_unit(int u, const StepParams& p, StepJob* gate) {
+  const int64_t t0 = trace_enabled() ? trace_now_us() : 0;
+  if (opt_.test_hooks && opt_.test_hooks->before_unit_update) opt_.test_hooks->before_unit_update(u);
+  if (place_.optimizer == Tier::device && !device_.host_addressable()) {
+    step_unit_on_device(u, p);  // enqueued on the compute stream: no span of its own
+    return;
+  }
+  step_unit_chunked(u, p, gate);  // with a gate: reads p only after seeing go
+  if (!t0 || place_.optimizer == Tier::device) return;
+  int64_t from = t0;  // from go on: unit 0's reads ahead fall in the optimizer track's "wait"
+  if (gate) {
+    std::lock_guard<std::mutex> lock(gate->mu);
+    from = std::max(from, gate->go_us);
+  }
+  trace_span("optimizer", str("update ", model_.unit(u).name), from, trace_now_us() - from);
+}
+
+void ZeroEngine::Impl::start_job(bool eager, const StepParams* params) {
   job_ = std::make_unique<StepJob>();
-  job_->updated.assign(size_t(model_.num_units()), 0);
   StepJob& j = *job_;
+  j.updated.assign(size_t(model_.num_units()), 0);
+  if (eager) {  // given before the worker exists: it reads them without the lock
+    j.eager = j.go = true;
+    j.params = *params;
+    j.final.assign(size_t(model_.num_units()), 0);
+  }
   j.worker = std::thread([this, &j] { run_job(j); });
 }
 
-// The worker: every unit in forward order, its gradient zeroed once its update is complete.
+void ZeroEngine::Impl::mark_final(int u, Stream& accumulating) {
+  if (!job_ || !job_->eager) return;
+  accumulating.record(*final_events_[size_t(u)]);
+  {
+    std::lock_guard<std::mutex> lock(job_->mu);
+    job_->final[size_t(u)] = 1;
+  }
+  job_->cv.notify_all();
+}
+
+void ZeroEngine::Impl::await_final(StepJob& j, int u) {
+  {
+    std::unique_lock<std::mutex> lock(j.mu);
+    if (!j.final[size_t(u)]) {
+      const int64_t t0 = trace_enabled() ? trace_now_us() : 0;
+      // Bounded: the engine's thread reduces every unit within one backward pass, itself under
+      // the watchdog; past the timeout something upstream is stuck.
+      const auto limit = std::chrono::duration<double>(opt_.timeout_s);
+      if (!j.cv.wait_for(lock, limit, [&] { return j.final[size_t(u)] || j.abort; }))
+        fail("zero::step", str("the optimizer waited ", opt_.timeout_s, " s for unit ",
+                               model_.unit(u).name, "'s gradient to become final (parallel.timeout)"));
+      if (t0) trace_span("optimizer", "wait", t0, trace_now_us() - t0);  // for the backward
+      if (!j.final[size_t(u)])
+        fail("zero::step", str("the unclipped step was abandoned before unit ", model_.unit(u).name,
+                               "'s gradient became final; units after it in backward order were "
+                               "updated, it and the ones before it were not"));
+    }
+  }
+  final_events_[size_t(u)]->synchronize();  // its accumulation has run
+  unit_norm_parts(u, *norm_stream_);
+  norm_stream_->synchronize();
+}
+
+// The worker: every unit in forward order (an eager step: backward order, each once its gradient
+// is final), its gradient zeroed once its update is complete.
 void ZeroEngine::Impl::run_job(StepJob& j) {
   try {
-    for (int u = 0; u < model_.num_units(); ++u) {
-      const int64_t t0 = trace_enabled() ? trace_now_us() : 0;
-      if (opt_.test_hooks && opt_.test_hooks->before_unit_update) opt_.test_hooks->before_unit_update(u);
-      step_unit_chunked(u, j.params, &j);  // reads j.params only after seeing go
+    const int U = model_.num_units();
+    for (int i = 0; i < U; ++i) {
+      const int u = j.eager ? U - 1 - i : i;
+      if (j.eager) await_final(j, u);
+      update_unit(u, j.params, j.eager ? nullptr : &j);
       Shard& g = units_[size_t(u)].grad;
       std::memset(g.mem.data(), 0, g.bytes);  // host memory: the optimizer is off the device
-      if (t0) {  // from go on: unit 0's reads ahead fall in the optimizer track's "wait"
-        int64_t from = t0;
-        {
-          std::lock_guard<std::mutex> lock(j.mu);
-          from = std::max(from, j.go_us);
-        }
-        trace_span("optimizer", str("update ", model_.unit(u).name), from, trace_now_us() - from);
-      }
       {
         std::lock_guard<std::mutex> lock(j.mu);
         j.updated[size_t(u)] = 1;
@@ -208,7 +290,9 @@ void ZeroEngine::Impl::await_update(int u) {
   if (!job_) return;
   StepJob& j = *job_;
   std::unique_lock<std::mutex> lock(j.mu);
-  if (!j.go || j.updated[size_t(u)]) return;  // prepared only: nothing changes before go
+  // Prepared only: nothing changes before go. Eager: the backward in flight reads a unit only
+  // before its gradient is final, and grad_norm() / optimizer_step() finish the step.
+  if (!j.go || j.eager || j.updated[size_t(u)]) return;
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t tr0 = trace_enabled() ? trace_now_us() : 0;
   {
@@ -235,10 +319,13 @@ void ZeroEngine::Impl::finish_step() {
   {
     std::lock_guard<std::mutex> lock(j->mu);
     started = j->go;
-    if (!started) j->abort = true;
+    // A prepared step that never started is abandoned; an eager one stops at the first unit
+    // whose gradient is not final (none, after its backward).
+    if (!started || j->eager) j->abort = true;
   }
   j->cv.notify_all();
-  // The worker's every wait is bounded (the swapper's, the pool's, await_go), so this join is.
+  // The worker's every wait is bounded (the swapper's, the pool's, await_go, await_final), so
+  // this join is.
   j->worker.join();
   if (started && j->error) std::rethrow_exception(j->error);
 }
@@ -410,6 +497,9 @@ void ZeroEngine::optimizer_step(const AdamWHyper& hyper, int64_t step, float gra
   impl_->optimizer_step(hyper, step, grad_scale, decay_norms);
 }
 void ZeroEngine::prepare_step() { impl_->prepare_step(); }
+void ZeroEngine::update_in_backward(const AdamWHyper& hyper, int64_t step, bool decay_norms) {
+  impl_->update_in_backward(Impl::StepParams{hyper, step, 1.0f, decay_norms});
+}
 void ZeroEngine::finish_step() { impl_->finish_step(); }
 void ZeroEngine::zero_grads() { impl_->zero_grads(); }
 

@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <mutex>
+#include <set>
 
 #include "core/error.h"
 #include "comm/comm_registry.h"
@@ -91,34 +92,43 @@ struct Numerics {
 
 class Placements : public testing::TestWithParam<Numerics> {};
 
+// Three orders of the optimizer off the device: overlapped into the next forward (clipping),
+// serial, and unclipped (train.grad_clip = 0: each unit updated during the backward, as soon as
+// its gradient is final), each against the all-device run with the same clipping.
 TEST_P(Placements, EveryPlacementIsBitIdenticalToAllDevice) {
   const Numerics num = GetParam();
   Config all = base(num.precision);
   all.train.optimizer_state_dtype = num.states;
-  const Result ref = run(all);
+  Config all_unclipped = all;
+  all_unclipped.train.grad_clip = 0;
+  const Result ref = run(all), ref_unclipped = run(all_unclipped);
+  ASSERT_NE(ref.losses, ref_unclipped.losses) << "clipping must be active for the comparison to mean anything";
   const std::string dir = nvme_dir(num.name());
   int combos = 0;
+  enum Order { overlapped, serial, unclipped };
   for (Tier params : {Tier::device, Tier::host, Tier::nvme})
     for (Tier grads : {Tier::device, Tier::host})
       for (Tier optimizer : {Tier::device, Tier::host, Tier::nvme})
-        for (bool overlap : {true, false}) {  // the overlapped step against the serial order
-          if (!overlap && optimizer == Tier::device) continue;  // nothing to overlap
-          Config c = all;
+        for (Order order : {overlapped, serial, unclipped}) {
+          if (order != overlapped && optimizer == Tier::device) continue;  // nothing to overlap
+          Config c = order == unclipped ? all_unclipped : all;
           c.offload.params = params;
           c.offload.grads = grads;
           c.offload.optimizer = optimizer;
-          c.offload.overlap_optimizer = overlap;
+          c.offload.overlap_optimizer = order != serial;
           if (params == Tier::nvme || optimizer == Tier::nvme) c.offload.nvme_path = {dir};
           std::string what = std::string("params=") + name(params) + " grads=" + name(grads) +
-                             " optimizer=" + name(optimizer) + (overlap ? "" : " serial");
+                             " optimizer=" + name(optimizer) +
+                             (order == serial ? " serial" : order == unclipped ? " unclipped" : "");
           SCOPED_TRACE(what);
           if (std::getenv("STRATA_TEST_VERBOSE")) std::fprintf(stderr, "placement %s\n", what.c_str());
           Result r = run(c);
-          EXPECT_EQ(r.losses, ref.losses) << what;
-          EXPECT_TRUE(r.weights == ref.weights) << what << ": final weights differ";
+          const Result& want = order == unclipped ? ref_unclipped : ref;
+          EXPECT_EQ(r.losses, want.losses) << what;
+          EXPECT_TRUE(r.weights == want.weights) << what << ": final weights differ";
           ++combos;
         }
-  EXPECT_EQ(combos, 18 + 12);
+  EXPECT_EQ(combos, 18 + 12 + 12);
 }
 
 INSTANTIATE_TEST_SUITE_P(Offload, Placements,
@@ -404,6 +414,65 @@ TEST(Offload, OverlappedUpdateRunsIntoTheNextStep) {
       EXPECT_EQ(begun_at_last, (std::vector<int64_t>{1, 2, 3}));
       serial_losses = r.losses;
     }
+  }
+}
+
+// Without clipping the updates run during the backward: in the step's last backward, once unit
+// 0's gradient is reduced, the update of the last unit has completed and the one before it has
+// begun (the hook waits for that, bounded: with clipping it would wait out its 30 s, since the
+// updates start only after the norm). The losses, the logged gradient norms and the weights are
+// those of the serial order.
+TEST(Offload, UnclippedUpdatesRunDuringTheBackward) {
+  std::vector<StepRecord> serial_records;
+  Result serial;
+  for (bool overlap : {false, true}) {
+    SCOPED_TRACE(overlap ? "updates in the backward" : "serial optimizer");
+    Config c = base(Precision::bf16);
+    c.train.grad_clip = 0;
+    c.offload.optimizer = Tier::nvme;
+    c.offload.params = Tier::host;
+    c.offload.nvme_path = {nvme_dir("unclipped")};
+    c.offload.overlap_optimizer = overlap;
+    const int last = LlamaModel(c.model, world().size()).num_units() - 1;
+    ASSERT_GE(last, 2);
+    std::mutex mu;
+    std::condition_variable cv;
+    std::set<int> updating;  // units whose update has begun in the current step
+    int reductions_of_0 = 0;
+    std::vector<bool> overlapped_at_end;  // per step: the hook saw the updates in the backward
+    auto hooks = std::make_shared<TestHooks>();
+    hooks->before_step = [&](int64_t) {
+      std::lock_guard<std::mutex> lock(mu);
+      updating.clear();  // the previous step's (serially, they ran after its backward)
+    };
+    hooks->before_unit_update = [&](int u) {
+      std::lock_guard<std::mutex> lock(mu);
+      updating.insert(u);
+      cv.notify_all();
+    };
+    hooks->after_reduce_grad = [&](int u) {
+      if (u != 0 || ++reductions_of_0 % c.train.grad_accum != 0) return;  // the step's last backward
+      std::unique_lock<std::mutex> lock(mu);
+      if (overlap) cv.wait_for(lock, std::chrono::seconds(30), [&] { return updating.count(last - 1) > 0; });
+      overlapped_at_end.push_back(updating.count(last) && updating.count(last - 1));
+    };
+    TrainerOptions opt;
+    opt.test_hooks = hooks;
+    std::vector<StepRecord> records;
+    opt.on_step = [&](const StepRecord& r) { records.push_back(r); };
+    const Result r = run(c, opt);
+    ASSERT_EQ(records.size(), size_t(c.train.steps));
+    if (!overlap) {
+      EXPECT_EQ(overlapped_at_end, std::vector<bool>(size_t(c.train.steps), false));
+      serial = r;
+      serial_records = records;
+      continue;
+    }
+    EXPECT_EQ(overlapped_at_end, std::vector<bool>(size_t(c.train.steps), true));
+    EXPECT_EQ(r.losses, serial.losses);
+    EXPECT_TRUE(r.weights == serial.weights) << "final weights differ";
+    for (size_t i = 0; i < records.size(); ++i)
+      EXPECT_EQ(records[i].grad_norm, serial_records[i].grad_norm) << "step " << i + 1;
   }
 }
 

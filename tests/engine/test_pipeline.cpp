@@ -380,4 +380,14 @@ TEST(Pipeline, Pp2Dp2OffloadIsBitIdentical) {
   EXPECT_EQ(off.losses, device.losses);
   EXPECT_EQ(off.grad_norms, device.grad_norms);
   for (const auto& [name, w] : device.weights) EXPECT_EQ(off.weights.at(name), w) << name;
+  // Unclipped: every stage updates its units during its last backward (update_in_backward).
+  c.train.grad_clip = 0;
+  const RunResult off_unclipped = train(c, world());
+  c.offload = Config().offload;
+  const RunResult device_unclipped = train(c, world());
+  EXPECT_NE(device_unclipped.losses, device.losses) << "clipping must be active in the clipped runs";
+  EXPECT_EQ(off_unclipped.losses, device_unclipped.losses);
+  EXPECT_EQ(off_unclipped.grad_norms, device_unclipped.grad_norms);
+  for (const auto& [name, w] : device_unclipped.weights)
+    EXPECT_EQ(off_unclipped.weights.at(name), w) << name << " (unclipped)";
 }
