@@ -200,7 +200,8 @@ const std::vector<Key>& keys() {
       {STRATA_CONFIG_KEY(train, beta2), Kind::real, "AdamW second-moment decay", unit_half_open()},
       {STRATA_CONFIG_KEY(train, eps), Kind::real, "AdamW epsilon", above_to(0, 1)},
       {STRATA_CONFIG_KEY(train, grad_clip), Kind::real,
-       "global gradient-norm clipping threshold; 0 = off", between(0, 1e6)},
+       "global gradient-norm clipping threshold; 0 = off (then, with offload.overlap_optimizer, "
+       "each unit's update runs during the backward once its gradient is final)", between(0, 1e6)},
       {STRATA_CONFIG_KEY(train, grad_accum), Kind::integer, "micro-batches per optimizer step",
        between(1, 65536)},
       {STRATA_CONFIG_KEY(train, precision), Kind::choice,
@@ -260,8 +261,9 @@ const std::vector<Key>& keys() {
       {STRATA_CONFIG_KEY(offload, overlap_optimizer), Kind::boolean,
        "with offload.optimizer = host or nvme: the CPU AdamW steps units in forward order on a "
        "thread of its own while the next step's forward runs (a unit's forward waits only for its "
-       "own update) and NVMe state reads start during the last backward; false steps every unit "
-       "before the next forward. Same numbers either way"},
+       "own update) and NVMe state reads start during the last backward; with train.grad_clip = 0 "
+       "it steps each unit during the last backward as soon as its gradient is final; false steps "
+       "every unit before the next forward. Same numbers either way"},
       // [zero]
       {STRATA_CONFIG_KEY(zero, prefetch), Kind::integer,
        "units gathered ahead of the one computing", between(0, 64)},

@@ -107,7 +107,9 @@ struct ZeroEngine::Impl {
   // An unclipped step (update_in_backward) is `eager`: go is given at the start, the worker
   // steps the units in backward order, each once final[u] — the last backward reduced its
   // gradient and recorded final_events_[u] after the accumulation — and first adds its squares
-  // to the norm's partial sums. `abort` then means: stop at the first unit not yet final.
+  // to the norm's partial sums; its first chunks are read before that. `abort` then means: stop
+  // at the first unit not yet final. go_us: when the worker's last wait (go, or a unit's
+  // gradient) ended, on the trace clock.
   struct StepJob {
     std::mutex mu;
     std::condition_variable cv;
@@ -116,6 +118,7 @@ struct ZeroEngine::Impl {
     StepParams params;
     std::vector<char> updated;
     std::vector<char> final;  // eager: unit u's gradient is final (its event is recorded)
+    int final_seen = -1;      // eager, the worker's own: the unit await_final last returned for
     std::exception_ptr error;
     std::thread worker;
   };
@@ -177,7 +180,9 @@ struct ZeroEngine::Impl {
   void unit_norm_parts(int u, Stream& stream);
   // One unit's update, with the test hook before it and its trace span (serial or worker).
   void update_unit(int u, const StepParams& p, StepJob* gate);
-  void await_go(StepJob& job);   // in the worker, before its first update; throws on abort
+  // In the worker, before unit u's first update: waits for go (an eager step: for u's gradient
+  // to be final, await_final); throws on abort.
+  void await_go(StepJob& job, int u);
   // The engine's thread, before a pass reads unit u's compute copy: waits for u's update when a
   // started step has not reached it (bounded; the step's error is rethrown).
   void await_update(int u);

@@ -229,16 +229,20 @@ void ZeroEngine::Impl::await_final(StepJob& j, int u) {
       if (!j.cv.wait_for(lock, limit, [&] { return j.final[size_t(u)] || j.abort; }))
         fail("zero::step", str("the optimizer waited ", opt_.timeout_s, " s for unit ",
                                model_.unit(u).name, "'s gradient to become final (parallel.timeout)"));
-      if (t0) trace_span("optimizer", "wait", t0, trace_now_us() - t0);  // for the backward
       if (!j.final[size_t(u)])
         fail("zero::step", str("the unclipped step was abandoned before unit ", model_.unit(u).name,
                                "'s gradient became final; units after it in backward order were "
                                "updated, it and the ones before it were not"));
+      if (t0) {
+        j.go_us = trace_now_us();  // the unit's "update" span starts here
+        trace_span("optimizer", "wait", t0, j.go_us - t0);  // for the backward: blocked
+      }
     }
   }
   final_events_[size_t(u)]->synchronize();  // its accumulation has run
   unit_norm_parts(u, *norm_stream_);
   norm_stream_->synchronize();
+  j.final_seen = u;
 }
 
 // The worker: every unit in forward order (an eager step: backward order, each once its gradient
@@ -248,8 +252,8 @@ void ZeroEngine::Impl::run_job(StepJob& j) {
     const int U = model_.num_units();
     for (int i = 0; i < U; ++i) {
       const int u = j.eager ? U - 1 - i : i;
-      if (j.eager) await_final(j, u);
-      update_unit(u, j.params, j.eager ? nullptr : &j);
+      update_unit(u, j.params, &j);  // its first chunks are read before the gate opens
+      await_go(j, u);  // (a unit without chunks never met the gate)
       Shard& g = units_[size_t(u)].grad;
       std::memset(g.mem.data(), 0, g.bytes);  // host memory: the optimizer is off the device
       {
@@ -269,7 +273,11 @@ void ZeroEngine::Impl::run_job(StepJob& j) {
   j.cv.notify_all();
 }
 
-void ZeroEngine::Impl::await_go(StepJob& j) {
+void ZeroEngine::Impl::await_go(StepJob& j, int u) {
+  if (j.eager) {  // the gate of each unit: its gradient is final
+    if (j.final_seen != u) await_final(j, u);
+    return;
+  }
   std::unique_lock<std::mutex> lock(j.mu);
   if (j.go) return;
   const int64_t t0 = trace_enabled() ? trace_now_us() : 0;
@@ -432,7 +440,7 @@ void ZeroEngine::Impl::step_unit_chunked(int u, const StepParams& p, StepJob* ga
     } else if (param_nvme) {
       acquire_set(set);
     }
-    if (gate) await_go(*gate);  // reads may run ahead; updates wait for the norm
+    if (gate) await_go(*gate, u);  // reads may run ahead; updates wait for the norm (or u final)
     const size_t lo = k * chunk, cnt = std::min(chunk, n - lo);
     char* ptr[3];  // element lo of master, m, v (staged or in memory)
     for (int i = 0; i < 3; ++i)

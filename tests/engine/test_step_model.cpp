@@ -212,6 +212,31 @@ TEST(StepModel, OverlapHidesTheOptimizerBehindTheForwardOnly) {
   EXPECT_NEAR(predict_step(c, 1, cpu, r).step_ms, off.step_ms, 1e-9);
 }
 
+// Unclipped, the updates run during the backward: the optimizer hides behind the backward (the
+// longer pass) instead of the forward; the disk serves the backward's reads and the
+// optimizer's traffic together.
+TEST(StepModel, UnclippedUpdatesHideBehindTheBackward) {
+  Config c = placed(small(scratch_dir()), Tier::host, Tier::nvme);
+  MachineRates r = rates();
+  r.nvme_read_gbps = r.nvme_write_gbps = 0.05;  // an NVMe-bound optimizer
+  c.offload.overlap_optimizer = true;
+  const StepPrediction clipped = predict_step(c, 1, gpu_machine(), r);
+  c.train.grad_clip = 0;
+  const StepPrediction unclipped = predict_step(c, 1, gpu_machine(), r);
+  EXPECT_NEAR(clipped.step_ms, clipped.backward_ms + clipped.optimizer_ms, 1e-9);
+  EXPECT_LT(unclipped.step_ms, clipped.step_ms);
+  EXPECT_GE(unclipped.step_ms, unclipped.forward_ms + unclipped.optimizer_ms);
+  EXPECT_GE(unclipped.step_ms, unclipped.forward_ms + unclipped.backward_ms);
+  // With the compute copy on NVMe too, the backward's reads share the disk with the optimizer:
+  // the step is never shorter than the disk's whole traffic.
+  const StepPrediction both = predict_step(placed(c, Tier::nvme, Tier::nvme), 1, gpu_machine(), r);
+  EXPECT_GE(both.step_ms, both.nvme_ms);
+  // Without the overlap, clipping changes nothing.
+  c.offload.overlap_optimizer = false;
+  EXPECT_NEAR(predict_step(c, 1, gpu_machine(), r).step_ms,
+              clipped.forward_ms + clipped.backward_ms + clipped.optimizer_ms, 1e-9);
+}
+
 // On the CPU device the GEMM and AdamW rates are the measured threads' and are shared: a rank
 // gets min(1 / ranks on the machine, train.threads / measured threads) of them.
 TEST(StepModel, CpuRatesFollowThreadsAndRanks) {
