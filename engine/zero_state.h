@@ -86,7 +86,8 @@ struct ZeroEngine::Impl {
   // v share buf[1]; buf[2] is then unused).
   struct ChunkSet {
     PinnedPool::Lease buf[4];
-    uint64_t read = 0, write = 0;  // swapper tickets, 0 when none
+    uint64_t read = 0, write = 0;  // swapper tickets, 0 when none: master, m, v
+    uint64_t param_write = 0;      // the compute copy's write (a job of its own, submitted first)
   };
 
   // What one optimizer step applies.
@@ -100,7 +101,8 @@ struct ZeroEngine::Impl {
   // An overlapped optimizer step (engine/zero.h, optimizer_step): a worker thread steps the
   // units in forward order. Before `go` it only reads ahead (prepare_step); `params` are set
   // before `go` and never change after. updated[u]: unit u's states and compute copy hold the
-  // new values and its gradient is zero. `finished`: the worker returned (after the last unit,
+  // new values (its compute copy at least: the states' last NVMe writes may still drain) and its
+  // gradient is zero. `finished`: the worker returned (after the last unit,
   // or with `error`). The engine's thread owns the StepJob; the worker reads and writes the
   // fields under `mu` only (params: after seeing go).
   //
@@ -119,6 +121,8 @@ struct ZeroEngine::Impl {
     std::vector<char> updated;
     std::vector<char> final;  // eager: unit u's gradient is final (its event is recorded)
     int final_seen = -1;      // eager, the worker's own: the unit await_final last returned for
+    int published = -1;       // the worker's own: the unit publish_update last marked updated
+    bool released = false;    // eager: grad_norm() / optimizer_step() saw every unit updated
     std::exception_ptr error;
     std::thread worker;
   };
@@ -178,6 +182,12 @@ struct ZeroEngine::Impl {
   // `stream`, synchronized) or norm_host_ (grads the host reads directly on a device it cannot
   // address) — the same operations grad_norm() runs, so the norm is the same either way.
   void unit_norm_parts(int u, Stream& stream);
+  // In the worker: unit u's compute copy holds the new values — its gradient is zeroed and it is
+  // marked updated (the passes may read it) while the states' last writes may still drain.
+  void publish_update(StepJob& job, int u);
+  // An eager step: waits (bounded) until every unit is updated, then releases the step to the
+  // passes; the worker may still be writing states (finish_step() waits for that).
+  void await_eager_updates();
   // One unit's update, with the test hook before it and its trace span (serial or worker).
   void update_unit(int u, const StepParams& p, StepJob* gate);
   // In the worker, before unit u's first update: waits for go (an eager step: for u's gradient

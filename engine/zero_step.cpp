@@ -76,14 +76,7 @@ void ZeroEngine::Impl::unit_norm_parts(int u, Stream& stream) {
 
 double ZeroEngine::Impl::grad_norm() {
   if (job_ && job_->eager) {
-    // An unclipped step: the worker summed each unit's squares before updating it. Its last
-    // unit is unit 0, the one the next forward needs first, so waiting for all of it costs the
-    // next pass nothing.
-    const auto t0 = std::chrono::steady_clock::now();
-    const int64_t tr0 = trace_enabled() ? trace_now_us() : 0;
-    finish_step();
-    update_wait_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    if (tr0) trace_span("update waits", "wait", tr0, trace_now_us() - tr0);
+    await_eager_updates();  // the worker summed each unit's squares before updating it
   } else {
     settle_step();  // a started step zeroes the gradients
   }
@@ -128,6 +121,31 @@ void ZeroEngine::Impl::prepare_step() {
   start_job(false);
 }
 
+void ZeroEngine::Impl::await_eager_updates() {
+  if (!job_ || !job_->eager) return;
+  StepJob& j = *job_;
+  std::unique_lock<std::mutex> lock(j.mu);
+  if (j.released) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t tr0 = trace_enabled() ? trace_now_us() : 0;
+  auto all = [&] { return std::all_of(j.updated.begin(), j.updated.end(), [](char c) { return c != 0; }); };
+  {
+    WatchedWait w("the optimizer's updates of the backward's units", WaitKind::host, watchdog_context());
+    const auto limit = std::chrono::duration<double>(opt_.timeout_s);
+    if (!j.cv.wait_for(lock, limit, [&] { return all() || j.finished; }))
+      fail("zero::step", str("waited ", opt_.timeout_s, " s for the optimizer's updates of the "
+                             "backward's units (parallel.timeout)"));
+  }
+  update_wait_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (tr0) trace_span("update waits", "wait", tr0, trace_now_us() - tr0);
+  if (!all()) {  // the worker stopped early: its error
+    lock.unlock();
+    finish_step();
+    fail("zero::step", "the unclipped step's worker ended without updating every unit");
+  }
+  j.released = true;  // from now on the next passes may read; the states' last writes may drain
+}
+
 void ZeroEngine::Impl::update_in_backward(const StepParams& p) {
   if (!overlapped_step()) return;  // serial: optimizer_step() does it all
   STRATA_CHECK(p.grad_scale == 1.0f, "zero::step",
@@ -149,7 +167,7 @@ void ZeroEngine::Impl::optimizer_step(const AdamWHyper& hyper, int64_t step, flo
   reduce_.synchronize();
   StepParams p{hyper, step, grad_scale, decay_norms};
   if (eager_step_) {  // the backward applied it already (update_in_backward)
-    finish_step();
+    await_eager_updates();
     const StepParams e = *std::exchange(eager_step_, std::nullopt);
     const AdamWHyper& a = e.hyper;
     if (e.step != step || grad_scale != 1.0f || e.decay_norms != decay_norms || a.lr != hyper.lr ||
@@ -253,14 +271,7 @@ void ZeroEngine::Impl::run_job(StepJob& j) {
     for (int i = 0; i < U; ++i) {
       const int u = j.eager ? U - 1 - i : i;
       update_unit(u, j.params, &j);  // its first chunks are read before the gate opens
-      await_go(j, u);  // (a unit without chunks never met the gate)
-      Shard& g = units_[size_t(u)].grad;
-      std::memset(g.mem.data(), 0, g.bytes);  // host memory: the optimizer is off the device
-      {
-        std::lock_guard<std::mutex> lock(j.mu);
-        j.updated[size_t(u)] = 1;
-      }
-      j.cv.notify_all();
+      publish_update(j, u);  // when step_unit_chunked has not (it does before the last writes)
     }
   } catch (...) {
     std::lock_guard<std::mutex> lock(j.mu);
@@ -299,7 +310,7 @@ void ZeroEngine::Impl::await_update(int u) {
   StepJob& j = *job_;
   std::unique_lock<std::mutex> lock(j.mu);
   // Prepared only: nothing changes before go. Eager: the backward in flight reads a unit only
-  // before its gradient is final, and grad_norm() / optimizer_step() finish the step.
+  // before its gradient is final, and the next pass comes after await_eager_updates().
   if (!j.go || j.eager || j.updated[size_t(u)]) return;
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t tr0 = trace_enabled() ? trace_now_us() : 0;
@@ -393,7 +404,7 @@ void ZeroEngine::Impl::step_unit_chunked(int u, const StepParams& p, StepJob* ga
     ChunkSet* sets;
     ~Drain() {
       for (int i = 0; i < 3; ++i) {
-        for (uint64_t* t : {&sets[i].read, &sets[i].write}) {
+        for (uint64_t* t : {&sets[i].read, &sets[i].param_write, &sets[i].write}) {
           if (!*t) continue;
           try {
             e.swapper_->wait(std::exchange(*t, 0));
@@ -407,10 +418,8 @@ void ZeroEngine::Impl::step_unit_chunked(int u, const StepParams& p, StepJob* ga
     }
   } drain{*this, sets};
   auto acquire_set = [&](ChunkSet& set) {
-    if (set.write) {
-      swapper_->wait(set.write);
-      set.write = 0;
-    }
+    for (uint64_t* t : {&set.param_write, &set.write})
+      if (*t) swapper_->wait(std::exchange(*t, 0));
     for (int i = 0; i < 4; ++i)
       if (!set.buf[i] && !(bf16_states && i == 2)) set.buf[i] = chunk_pool_->acquire();
   };
@@ -472,20 +481,40 @@ void ZeroEngine::Impl::step_unit_chunked(int u, const StepParams& p, StepJob* ga
       step_stream_->synchronize();  // the staging buffer is refilled by the next chunk
       step_h2d_bytes_ += cnt * esz;
     }
-    if (opt_nvme || param_nvme) {
+    // The compute copy first, in a job of its own: the next pass waits for it, not for the states.
+    if (param_nvme)
+      set.param_write = swapper_->submit({swap_->request(IoOp::write, s.param.key, set.buf[3].data, cnt * esz, lo * esz)});
+    if (opt_nvme) {
       std::vector<IoRequest> reqs;
-      if (opt_nvme)
-        for (int i = 0; i < 3; ++i)
-          reqs.push_back(swap_->request(IoOp::write, states[i]->key, staged(set, i), cnt * state_bytes[i],
-                                        lo * state_bytes[i]));
-      if (param_nvme)
-        reqs.push_back(swap_->request(IoOp::write, s.param.key, set.buf[3].data, cnt * esz, lo * esz));
+      for (int i = 0; i < 3; ++i)
+        reqs.push_back(swap_->request(IoOp::write, states[i]->key, staged(set, i), cnt * state_bytes[i],
+                                      lo * state_bytes[i]));
       set.write = swapper_->submit(std::move(reqs));
     }
   }
+  for (auto& set : sets) {
+    if (set.param_write) swapper_->wait(std::exchange(set.param_write, 0));
+    if (!separate_param && set.write) swapper_->wait(std::exchange(set.write, 0));  // it is the master
+  }
+  // The compute copy holds the new values: a step's worker publishes the unit now, while the
+  // states' last writes drain (every reader of the states waits for the whole step).
+  if (gate) publish_update(*gate, u);
   for (auto& set : sets)
     if (set.write) swapper_->wait(std::exchange(set.write, 0));
   // `drain` returns the buffers.
+}
+
+void ZeroEngine::Impl::publish_update(StepJob& j, int u) {
+  if (j.published == u) return;  // the worker's own record
+  j.published = u;
+  if (j.eager) await_go(j, u);   // a unit without chunks never met its gate
+  Shard& g = units_[size_t(u)].grad;
+  std::memset(g.mem.data(), 0, g.bytes);  // host memory: the optimizer is off the device
+  {
+    std::lock_guard<std::mutex> lock(j.mu);
+    j.updated[size_t(u)] = 1;
+  }
+  j.cv.notify_all();
 }
 
 void ZeroEngine::Impl::zero_grads() {
