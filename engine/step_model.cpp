@@ -151,13 +151,14 @@ StepPrediction predict_step(const Config& c, int dp, const PlanMachine& machine,
   if (!offload_opt || !c.offload.overlap_optimizer) {
     p.exposed_optimizer_ms = p.optimizer_ms;
   } else if (c.train.grad_clip <= 0.0f) {
-    // Unclipped: each unit is updated during the backward (ZeroEngine::update_in_backward); the
-    // disk serves the backward's parameter reads and the optimizer's traffic together, and on
-    // the CPU device the AdamW shares the backward's cores.
-    const double disk = bwd_read_ms + opt_io_ms + opt_copy_ms;
-    const double window = cpu ? std::max(p.backward_ms + adam_ms + opt_copy_ms, disk)
-                              : std::max({p.backward_ms, p.optimizer_ms, disk});
-    p.exposed_optimizer_ms = window - p.backward_ms;
+    // Unclipped: each unit is updated as soon as its gradient is final, what is left during the
+    // next forward (ZeroEngine::update_in_backward), so the optimizer overlaps both passes; the
+    // disk serves the passes' parameter reads and the optimizer's traffic together, and on the
+    // CPU device the AdamW shares the passes' cores.
+    const double disk = fwd_read_ms + bwd_read_ms + opt_io_ms + opt_copy_ms;
+    const double step = cpu ? std::max(passes + adam_ms + opt_copy_ms, disk)
+                            : std::max({passes, p.optimizer_ms, disk});
+    p.exposed_optimizer_ms = step - passes;
   } else if (cpu) {
     // The AdamW runs on the cores the forward computes on: only the disk time can hide.
     const double window = std::max(p.forward_ms + adam_ms + opt_copy_ms, opt_io_ms + opt_copy_ms);

@@ -26,15 +26,16 @@
 //               = fwd + bwd + max(0, optimizer − fwd)           (offload.overlap_optimizer, GPU)
 //               = bwd + max(fwd + AdamW, optimizer NVMe time)   (overlap on the CPU device: the
 //                                                                 AdamW shares the compute cores)
-//   unclipped (train.grad_clip = 0, overlap on: the updates run during the backward), with
-//   disk = the backward's NVMe parameter reads + the optimizer's NVMe time + its copies:
-//   step        = fwd + max(bwd, optimizer, disk)               (GPU)
-//               = fwd + max(bwd + AdamW, disk)                  (CPU device)
+//   unclipped (train.grad_clip = 0, overlap on: the updates run during the backward and the
+//   next forward), with disk = both passes' NVMe parameter reads + the optimizer's NVMe time +
+//   its copies:
+//   step        = max(fwd + bwd, optimizer, disk)               (GPU)
+//               = max(fwd + bwd + AdamW, disk)                  (CPU device)
 //
 // Not counted: the data-parallel collectives when no comm rate was measured, tensor / pipeline
 // parallel traffic, non-GEMM ops (norms, softmax, casts: the step is slower by about 1 − MFU),
 // the pipeline bubble, and contention between the forward's NVMe reads and the optimizer's
-// (counted in the backward when the step is unclipped). CPU
+// (counted when the step is unclipped). CPU
 // rates (GEMM on the CPU device, AdamW, copies, NVMe) are shared by the ranks on one machine;
 // the CPU's compute rates scale with train.threads against the threads they were measured with
 // (each rank gets min(1 / ranks, threads / measured threads) of them).

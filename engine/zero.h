@@ -154,16 +154,18 @@ class ZeroEngine {
   // the hyper-parameters (the clipping coefficient needs the norm of every final gradient).
   //
   // update_in_backward(h, step, decay_norms) (overlap only; in place of prepare_step() when the
-  // step does not clip, grad_scale 1): nothing waits for the norm, so each unit is updated as
-  // soon as the backward that follows has made its gradient final (reduce_grad(u) of that pass;
-  // call it before the last backward pass of the step), in backward order, while the rest of
-  // the backward runs — the states' NVMe traffic overlaps the backward. The worker sums each
-  // unit's squares before its update, so grad_norm() (it waits for the whole step; unit 0, the
-  // next forward's first, is updated last) returns the norm the serial order computes, and
-  // optimizer_step() with the same arguments and grad_scale 1 returns at once (other arguments
-  // are an error: the updates are applied). The numbers are the serial order's. Gradients read
-  // between the backward and optimizer_step() are zero (already consumed): a caller that needs
-  // them (Trainer's on_gradients) uses prepare_step(). Without overlap this does nothing.
+  // step does not clip, grad_scale 1): nothing waits for the norm, so each unit may be updated
+  // as soon as the backward that follows has made its gradient final (reduce_grad(u) of that
+  // pass; call it before the last backward pass of the step) — the worker takes the final unit
+  // with the lowest index first, so the states' NVMe traffic overlaps the backward, and units
+  // it has not reached by then are updated during the next forward, each before the pass reads
+  // it. Each unit's squares are summed before its update (by the worker, or by grad_norm() for
+  // the units it has not reached), so grad_norm() returns the serial order's norm without
+  // waiting for updates, and optimizer_step() with the same arguments and grad_scale 1 returns
+  // at once (other arguments are an error: the updates are under way). The numbers are the
+  // serial order's. Gradients read between the backward and optimizer_step() may be zero
+  // (consumed): a caller that needs them (Trainer's on_gradients) uses prepare_step(). Without
+  // overlap this does nothing.
   //
   // Example (the trainer's step):
   //   for micro-batch a: forward; if (a == last) zero.prepare_step(); backward
@@ -172,7 +174,7 @@ class ZeroEngine {
   //   next step: begin_pass(forward) ... acquire(0) waits for unit 0's update, not unit 1's
   // and without clipping:
   //   for micro-batch a: forward; if (a == last) zero.update_in_backward(h, step, dn); backward
-  //   double norm = zero.grad_norm();  // waits for the updates
+  //   double norm = zero.grad_norm();  // sums what the worker has not reached
   //   zero.optimizer_step(h, step, 1.0f, dn);  // returns
   void prepare_step();
   void update_in_backward(const AdamWHyper& hyper, int64_t step, bool decay_norms);

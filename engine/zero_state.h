@@ -106,12 +106,17 @@ struct ZeroEngine::Impl {
   // or with `error`). The engine's thread owns the StepJob; the worker reads and writes the
   // fields under `mu` only (params: after seeing go).
   //
-  // An unclipped step (update_in_backward) is `eager`: go is given at the start, the worker
-  // steps the units in backward order, each once final[u] — the last backward reduced its
-  // gradient and recorded final_events_[u] after the accumulation — and first adds its squares
-  // to the norm's partial sums; its first chunks are read before that. `abort` then means: stop
-  // at the first unit not yet final. go_us: when the worker's last wait (go, or a unit's
-  // gradient) ended, on the trace clock.
+  // An unclipped step (update_in_backward) is `eager`: go is given at the start, and a unit
+  // may be updated once final[u] — the last backward reduced its gradient and recorded
+  // final_events_[u] after the accumulation. The worker takes the final unit with the lowest
+  // index (the one the next forward needs first; while it keeps up, the one the backward just
+  // finished), so units it could not reach during the backward are updated during the next
+  // forward, in the order the forward needs them. Each unit's squares are summed into the
+  // norm's partial sums before its update, by whoever claims it first (normed[u]: 0 not yet,
+  // 1 claimed, 2 summed): the worker before updating it, or grad_norm() for every unit the
+  // worker has not reached. `released`: every unit's sum is in (grad_norm() may return and the
+  // next passes may run, each waiting for its unit's update). `abort`: stop at the first wait
+  // for a unit that is not final. go_us: when the worker's last wait ended (trace clock).
   struct StepJob {
     std::mutex mu;
     std::condition_variable cv;
@@ -119,10 +124,10 @@ struct ZeroEngine::Impl {
     int64_t go_us = 0;  // trace clock when the worker saw go after waiting for it (0: no wait)
     StepParams params;
     std::vector<char> updated;
-    std::vector<char> final;  // eager: unit u's gradient is final (its event is recorded)
-    int final_seen = -1;      // eager, the worker's own: the unit await_final last returned for
-    int published = -1;       // the worker's own: the unit publish_update last marked updated
-    bool released = false;    // eager: grad_norm() / optimizer_step() saw every unit updated
+    std::vector<char> final;   // eager: unit u's gradient is final (its event is recorded)
+    std::vector<char> normed;  // eager: 0, 1 (being summed), 2 (summed)
+    int published = -1;        // the worker's own: the unit publish_update last marked updated
+    bool released = false;     // eager: every unit's squares are summed
     std::exception_ptr error;
     std::thread worker;
   };
@@ -175,9 +180,14 @@ struct ZeroEngine::Impl {
   // reduce_grad(u) of the last backward of an eager step: u's gradient is final once the work
   // enqueued so far on `accumulating` has run.
   void mark_final(int u, Stream& accumulating);
-  // In the worker of an eager step: waits (bounded) for unit u's gradient to be final, then sums
-  // its squares into the norm's partial sums.
-  void await_final(StepJob& job, int u);
+  // Eager: the next unit the worker updates — the lowest-index one not yet updated whose
+  // gradient is final and accumulated; else the highest-index one not yet updated (the next the
+  // streams finish); -1 when every unit is updated.
+  int next_eager_unit(StepJob& job);
+  // Eager: unit u's squares in the norm's partial sums — summed here on `stream` when nobody
+  // has claimed them, else waited for (bounded). The worker's call first waits (bounded) for u
+  // to be final; the engine's thread calls it for final units only.
+  void ensure_normed(StepJob& job, int u, Stream& stream);
   // Unit u's partial sums of the gradient norm (its norm_ranges_) into norm_parts_ (via
   // `stream`, synchronized) or norm_host_ (grads the host reads directly on a device it cannot
   // address) — the same operations grad_norm() runs, so the norm is the same either way.
@@ -185,13 +195,14 @@ struct ZeroEngine::Impl {
   // In the worker: unit u's compute copy holds the new values — its gradient is zeroed and it is
   // marked updated (the passes may read it) while the states' last writes may still drain.
   void publish_update(StepJob& job, int u);
-  // An eager step: waits (bounded) until every unit is updated, then releases the step to the
-  // passes; the worker may still be writing states (finish_step() waits for that).
+  // An eager step: sums the squares of every unit the worker has not reached, waits (bounded)
+  // for the ones it is summing, and releases the step to the passes (each waits for its unit's
+  // update, await_update); finish_step() waits for the rest.
   void await_eager_updates();
   // One unit's update, with the test hook before it and its trace span (serial or worker).
   void update_unit(int u, const StepParams& p, StepJob* gate);
-  // In the worker, before unit u's first update: waits for go (an eager step: for u's gradient
-  // to be final, await_final); throws on abort.
+  // In the worker, before unit u's first update: waits for go (an eager step: u's squares are
+  // summed, ensure_normed); throws on abort.
   void await_go(StepJob& job, int u);
   // The engine's thread, before a pass reads unit u's compute copy: waits for u's update when a
   // started step has not reached it (bounded; the step's error is rethrown).

@@ -124,26 +124,27 @@ void ZeroEngine::Impl::prepare_step() {
 void ZeroEngine::Impl::await_eager_updates() {
   if (!job_ || !job_->eager) return;
   StepJob& j = *job_;
-  std::unique_lock<std::mutex> lock(j.mu);
-  if (j.released) return;
+  {
+    std::lock_guard<std::mutex> lock(j.mu);
+    if (j.released) return;
+  }
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t tr0 = trace_enabled() ? trace_now_us() : 0;
-  auto all = [&] { return std::all_of(j.updated.begin(), j.updated.end(), [](char c) { return c != 0; }); };
-  {
-    WatchedWait w("the optimizer's updates of the backward's units", WaitKind::host, watchdog_context());
-    const auto limit = std::chrono::duration<double>(opt_.timeout_s);
-    if (!j.cv.wait_for(lock, limit, [&] { return all() || j.finished; }))
-      fail("zero::step", str("waited ", opt_.timeout_s, " s for the optimizer's updates of the "
-                             "backward's units (parallel.timeout)"));
+  for (int u = 0; u < model_.num_units(); ++u) {
+    {
+      std::lock_guard<std::mutex> lock(j.mu);
+      if (!j.final[size_t(u)])  // the engine's own protocol: the backward reduced every unit
+        protocol_violation(u, "grad_norm / optimizer_step of an unclipped step before the backward reduced this unit");
+    }
+    ensure_normed(j, u, compute_);
   }
   update_wait_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  if (tr0) trace_span("update waits", "wait", tr0, trace_now_us() - tr0);
-  if (!all()) {  // the worker stopped early: its error
-    lock.unlock();
-    finish_step();
-    fail("zero::step", "the unclipped step's worker ended without updating every unit");
+  if (tr0) trace_span("update waits", "norm", tr0, trace_now_us() - tr0);
+  {
+    std::lock_guard<std::mutex> lock(j.mu);
+    j.released = true;  // the next passes may run, each waiting for its unit's update
   }
-  j.released = true;  // from now on the next passes may read; the states' last writes may drain
+  j.cv.notify_all();
 }
 
 void ZeroEngine::Impl::update_in_backward(const StepParams& p) {
@@ -222,6 +223,7 @@ void ZeroEngine::Impl::start_job(bool eager, const StepParams* params) {
     j.eager = j.go = true;
     j.params = *params;
     j.final.assign(size_t(model_.num_units()), 0);
+    j.normed.assign(size_t(model_.num_units()), 0);
   }
   j.worker = std::thread([this, &j] { run_job(j); });
 }
@@ -236,41 +238,69 @@ void ZeroEngine::Impl::mark_final(int u, Stream& accumulating) {
   job_->cv.notify_all();
 }
 
-void ZeroEngine::Impl::await_final(StepJob& j, int u) {
+int ZeroEngine::Impl::next_eager_unit(StepJob& j) {
+  // final[u] is set when u's accumulation is enqueued, and the engine's thread enqueues ahead of
+  // the streams: of the units whose accumulation has run, the lowest index; else the one the
+  // streams reach first (the highest index: the backward runs down), final or about to be —
+  // its first chunks are read while its gate (ensure_normed) waits.
+  std::lock_guard<std::mutex> lock(j.mu);
+  int ahead = -1;
+  for (int u = 0; u < model_.num_units(); ++u) {
+    if (j.updated[size_t(u)]) continue;
+    if (j.final[size_t(u)] && final_events_[size_t(u)]->query()) return u;
+    ahead = u;
+  }
+  return ahead;
+}
+
+void ZeroEngine::Impl::ensure_normed(StepJob& j, int u, Stream& stream) {
   {
     std::unique_lock<std::mutex> lock(j.mu);
-    if (!j.final[size_t(u)]) {
+    const auto limit = std::chrono::duration<double>(opt_.timeout_s);
+    if (!j.final[size_t(u)]) {  // the worker only: the engine's thread sums final units
       const int64_t t0 = trace_enabled() ? trace_now_us() : 0;
       // Bounded: the engine's thread reduces every unit within one backward pass, itself under
       // the watchdog; past the timeout something upstream is stuck.
-      const auto limit = std::chrono::duration<double>(opt_.timeout_s);
       if (!j.cv.wait_for(lock, limit, [&] { return j.final[size_t(u)] || j.abort; }))
-        fail("zero::step", str("the optimizer waited ", opt_.timeout_s, " s for unit ",
-                               model_.unit(u).name, "'s gradient to become final (parallel.timeout)"));
+        fail("zero::step", str("the optimizer waited ", opt_.timeout_s, " s for unit ", model_.unit(u).name,
+                               "'s gradient to become final (parallel.timeout)"));
       if (!j.final[size_t(u)])
         fail("zero::step", str("the unclipped step was abandoned before unit ", model_.unit(u).name,
-                               "'s gradient became final; units after it in backward order were "
-                               "updated, it and the ones before it were not"));
+                               "'s gradient became final; the units updated so far hold the new "
+                               "values, the others the old"));
       if (t0) {
         j.go_us = trace_now_us();  // the unit's "update" span starts here
         trace_span("optimizer", "wait", t0, j.go_us - t0);  // for the backward: blocked
       }
     }
+    char& n = j.normed[size_t(u)];
+    if (n == 1) {  // the other thread is summing it: a few milliseconds
+      if (!j.cv.wait_for(lock, limit, [&] { return n == 2; }))
+        fail("zero::step", str("waited ", opt_.timeout_s, " s for the gradient norm of unit ",
+                               model_.unit(u).name, " (parallel.timeout)"));
+    }
+    if (n == 2) return;
+    n = 1;
   }
   final_events_[size_t(u)]->synchronize();  // its accumulation has run
-  unit_norm_parts(u, *norm_stream_);
-  norm_stream_->synchronize();
-  j.final_seen = u;
+  unit_norm_parts(u, stream);
+  stream.synchronize();
+  {
+    std::lock_guard<std::mutex> lock(j.mu);
+    j.normed[size_t(u)] = 2;
+  }
+  j.cv.notify_all();
 }
 
-// The worker: every unit in forward order (an eager step: backward order, each once its gradient
-// is final), its gradient zeroed once its update is complete.
+// The worker: every unit in forward order (an eager step: the lowest-index final unit next,
+// next_eager_unit), its gradient zeroed once its compute copy holds the new values.
 void ZeroEngine::Impl::run_job(StepJob& j) {
   try {
     const int U = model_.num_units();
     for (int i = 0; i < U; ++i) {
-      const int u = j.eager ? U - 1 - i : i;
-      update_unit(u, j.params, &j);  // its first chunks are read before the gate opens
+      const int u = j.eager ? next_eager_unit(j) : i;
+      if (u < 0) break;
+      update_unit(u, j.params, &j);  // (forward order: its first chunks are read before go)
       publish_update(j, u);  // when step_unit_chunked has not (it does before the last writes)
     }
   } catch (...) {
@@ -285,8 +315,8 @@ void ZeroEngine::Impl::run_job(StepJob& j) {
 }
 
 void ZeroEngine::Impl::await_go(StepJob& j, int u) {
-  if (j.eager) {  // the gate of each unit: its gradient is final
-    if (j.final_seen != u) await_final(j, u);
+  if (j.eager) {  // the gate of each unit: its squares are in the norm (it is final already)
+    ensure_normed(j, u, *norm_stream_);
     return;
   }
   std::unique_lock<std::mutex> lock(j.mu);
@@ -309,9 +339,9 @@ void ZeroEngine::Impl::await_update(int u) {
   if (!job_) return;
   StepJob& j = *job_;
   std::unique_lock<std::mutex> lock(j.mu);
-  // Prepared only: nothing changes before go. Eager: the backward in flight reads a unit only
-  // before its gradient is final, and the next pass comes after await_eager_updates().
-  if (!j.go || j.eager || j.updated[size_t(u)]) return;
+  // Prepared only: nothing changes before go. Eager, not released: the backward in flight reads
+  // a unit only before its gradient is final.
+  if (!j.go || (j.eager && !j.released) || j.updated[size_t(u)]) return;
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t tr0 = trace_enabled() ? trace_now_us() : 0;
   {
@@ -343,7 +373,7 @@ void ZeroEngine::Impl::finish_step() {
     if (!started || j->eager) j->abort = true;
   }
   j->cv.notify_all();
-  // The worker's every wait is bounded (the swapper's, the pool's, await_go, await_final), so
+  // The worker's every wait is bounded (the swapper's, the pool's, await_go, next_eager_unit), so
   // this join is.
   j->worker.join();
   if (started && j->error) std::rethrow_exception(j->error);

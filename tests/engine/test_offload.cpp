@@ -418,10 +418,10 @@ TEST(Offload, OverlappedUpdateRunsIntoTheNextStep) {
 }
 
 // Without clipping the updates run during the backward: in the step's last backward, once unit
-// 0's gradient is reduced, the update of the last unit has completed and the one before it has
-// begun (the hook waits for that, bounded: with clipping it would wait out its 30 s, since the
-// updates start only after the norm). The losses, the logged gradient norms and the weights are
-// those of the serial order.
+// 0's gradient is reduced, the updates of the last two units have begun (the hook waits for
+// that, bounded: with clipping it would wait out its 30 s, since the updates start only after
+// the norm). The losses, the logged gradient norms and the weights are those of the serial
+// order.
 TEST(Offload, UnclippedUpdatesRunDuringTheBackward) {
   std::vector<StepRecord> serial_records;
   Result serial;
@@ -453,7 +453,8 @@ TEST(Offload, UnclippedUpdatesRunDuringTheBackward) {
     hooks->after_reduce_grad = [&](int u) {
       if (u != 0 || ++reductions_of_0 % c.train.grad_accum != 0) return;  // the step's last backward
       std::unique_lock<std::mutex> lock(mu);
-      if (overlap) cv.wait_for(lock, std::chrono::seconds(30), [&] { return updating.count(last - 1) > 0; });
+      if (overlap)
+        cv.wait_for(lock, std::chrono::seconds(30), [&] { return updating.count(last) && updating.count(last - 1); });
       overlapped_at_end.push_back(updating.count(last) && updating.count(last - 1));
     };
     TrainerOptions opt;
@@ -469,6 +470,61 @@ TEST(Offload, UnclippedUpdatesRunDuringTheBackward) {
       continue;
     }
     EXPECT_EQ(overlapped_at_end, std::vector<bool>(size_t(c.train.steps), true));
+    EXPECT_EQ(r.losses, serial.losses);
+    EXPECT_TRUE(r.weights == serial.weights) << "final weights differ";
+    for (size_t i = 0; i < records.size(); ++i)
+      EXPECT_EQ(records[i].grad_norm, serial_records[i].grad_norm) << "step " << i + 1;
+  }
+}
+
+// Unclipped, a unit the worker has not updated by the end of the backward does not hold the
+// next step back: grad_norm() sums that unit's squares itself, the next step begins, and its
+// forward waits for that unit's update alone. The hook holds one unit's update until the next
+// step has begun (bounded; were the norm or the step to wait for the whole update, it would wait
+// out its 30 s and see the old step). The numbers are the serial order's.
+TEST(Offload, UnclippedUpdateLateForTheBackwardRunsIntoTheNextForward) {
+  std::vector<StepRecord> serial_records;
+  Result serial;
+  for (bool overlap : {false, true}) {
+    SCOPED_TRACE(overlap ? "updates in the backward" : "serial optimizer");
+    Config c = base(Precision::fp32);
+    c.train.grad_clip = 0;
+    c.offload.optimizer = Tier::nvme;
+    c.offload.params = Tier::nvme;
+    c.offload.nvme_path = {nvme_dir("unclipped_late")};
+    c.offload.overlap_optimizer = overlap;
+    const int held = LlamaModel(c.model, world().size()).num_units() - 2;  // the last block
+    std::mutex mu;
+    std::condition_variable cv;
+    int64_t begun = 0, updates = 0;
+    std::vector<int64_t> begun_at_held;  // per step: the step begun when the held unit updates
+    auto hooks = std::make_shared<TestHooks>();
+    hooks->before_step = [&](int64_t step) {
+      std::lock_guard<std::mutex> lock(mu);
+      begun = step;
+      cv.notify_all();
+    };
+    hooks->before_unit_update = [&](int u) {
+      if (u != held) return;
+      std::unique_lock<std::mutex> lock(mu);
+      ++updates;
+      if (overlap && updates < c.train.steps)  // no step follows the last
+        cv.wait_for(lock, std::chrono::seconds(30), [&] { return begun > updates; });
+      begun_at_held.push_back(begun);
+    };
+    TrainerOptions opt;
+    opt.test_hooks = hooks;
+    std::vector<StepRecord> records;
+    opt.on_step = [&](const StepRecord& r) { records.push_back(r); };
+    const Result r = run(c, opt);
+    ASSERT_EQ(records.size(), size_t(c.train.steps));
+    if (!overlap) {
+      EXPECT_EQ(begun_at_held, (std::vector<int64_t>{1, 2, 3}));
+      serial = r;
+      serial_records = records;
+      continue;
+    }
+    EXPECT_EQ(begun_at_held, (std::vector<int64_t>{2, 3, 3}));
     EXPECT_EQ(r.losses, serial.losses);
     EXPECT_TRUE(r.weights == serial.weights) << "final weights differ";
     for (size_t i = 0; i < records.size(); ++i)

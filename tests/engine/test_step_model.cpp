@@ -212,8 +212,8 @@ TEST(StepModel, OverlapHidesTheOptimizerBehindTheForwardOnly) {
   EXPECT_NEAR(predict_step(c, 1, cpu, r).step_ms, off.step_ms, 1e-9);
 }
 
-// Unclipped, the updates run during the backward: the optimizer hides behind the backward (the
-// longer pass) instead of the forward; the disk serves the backward's reads and the
+// Unclipped, the updates run during the backward and the next forward: the optimizer hides
+// behind both passes instead of the forward only; the disk serves the passes' reads and the
 // optimizer's traffic together.
 TEST(StepModel, UnclippedUpdatesHideBehindTheBackward) {
   Config c = placed(small(scratch_dir()), Tier::host, Tier::nvme);
@@ -225,7 +225,7 @@ TEST(StepModel, UnclippedUpdatesHideBehindTheBackward) {
   const StepPrediction unclipped = predict_step(c, 1, gpu_machine(), r);
   EXPECT_NEAR(clipped.step_ms, clipped.backward_ms + clipped.optimizer_ms, 1e-9);
   EXPECT_LT(unclipped.step_ms, clipped.step_ms);
-  EXPECT_GE(unclipped.step_ms, unclipped.forward_ms + unclipped.optimizer_ms);
+  EXPECT_GE(unclipped.step_ms, unclipped.optimizer_ms);
   EXPECT_GE(unclipped.step_ms, unclipped.forward_ms + unclipped.backward_ms);
   // With the compute copy on NVMe too, the backward's reads share the disk with the optimizer:
   // the step is never shorter than the disk's whole traffic.
