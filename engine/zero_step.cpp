@@ -275,9 +275,14 @@ void ZeroEngine::Impl::ensure_normed(StepJob& j, int u, Stream& stream) {
     }
     char& n = j.normed[size_t(u)];
     if (n == 1) {  // the other thread is summing it: a few milliseconds
-      if (!j.cv.wait_for(lock, limit, [&] { return n == 2; }))
+      if (!j.cv.wait_for(lock, limit, [&] { return n == 2 || j.finished; }))
         fail("zero::step", str("waited ", opt_.timeout_s, " s for the gradient norm of unit ",
                                model_.unit(u).name, " (parallel.timeout)"));
+      if (n != 2) {  // the worker ended while summing it: its error
+        if (j.error) std::rethrow_exception(j.error);
+        fail("zero::step", str("the optimizer's worker ended while summing the gradient norm of unit ",
+                               model_.unit(u).name));
+      }
     }
     if (n == 2) return;
     n = 1;
