@@ -124,20 +124,35 @@ void ZeroEngine::Impl::prepare_step() {
 void ZeroEngine::Impl::await_eager_updates() {
   if (!job_ || !job_->eager) return;
   StepJob& j = *job_;
+  // The units the worker has not claimed: their squares are summed here, all enqueued before
+  // one synchronize (the work grad_norm does in the serial order, so not an update wait).
+  std::vector<int> mine;
   {
     std::lock_guard<std::mutex> lock(j.mu);
     if (j.released) return;
-  }
-  const auto t0 = std::chrono::steady_clock::now();
-  const int64_t tr0 = trace_enabled() ? trace_now_us() : 0;
-  for (int u = 0; u < model_.num_units(); ++u) {
-    {
-      std::lock_guard<std::mutex> lock(j.mu);
+    for (int u = 0; u < model_.num_units(); ++u) {
       if (!j.final[size_t(u)])  // the engine's own protocol: the backward reduced every unit
         protocol_violation(u, "grad_norm / optimizer_step of an unclipped step before the backward reduced this unit");
+      if (j.normed[size_t(u)] == 0) {
+        j.normed[size_t(u)] = 1;
+        mine.push_back(u);
+      }
     }
-    ensure_normed(j, u, compute_);
   }
+  for (int u : mine) {
+    final_events_[size_t(u)]->synchronize();  // its accumulation has run
+    unit_norm_parts(u, compute_);
+  }
+  compute_.synchronize();
+  {
+    std::lock_guard<std::mutex> lock(j.mu);
+    for (int u : mine) j.normed[size_t(u)] = 2;
+  }
+  j.cv.notify_all();
+  // The units the worker claimed: their sums take milliseconds (ensure_normed waits, bounded).
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t tr0 = trace_enabled() ? trace_now_us() : 0;
+  for (int u = 0; u < model_.num_units(); ++u) ensure_normed(j, u, compute_);
   update_wait_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   if (tr0) trace_span("update waits", "norm", tr0, trace_now_us() - tr0);
   {
@@ -275,13 +290,13 @@ void ZeroEngine::Impl::ensure_normed(StepJob& j, int u, Stream& stream) {
     }
     char& n = j.normed[size_t(u)];
     if (n == 1) {  // the other thread is summing it: a few milliseconds
-      if (!j.cv.wait_for(lock, limit, [&] { return n == 2 || j.finished; }))
+      if (!j.cv.wait_for(lock, limit, [&] { return n == 2 || j.finished || j.abort; }))
         fail("zero::step", str("waited ", opt_.timeout_s, " s for the gradient norm of unit ",
                                model_.unit(u).name, " (parallel.timeout)"));
-      if (n != 2) {  // the worker ended while summing it: its error
+      if (n != 2) {  // the worker ended while summing it (its error), or the step was abandoned
         if (j.error) std::rethrow_exception(j.error);
-        fail("zero::step", str("the optimizer's worker ended while summing the gradient norm of unit ",
-                               model_.unit(u).name));
+        fail("zero::step", str(j.abort ? "the unclipped step was abandoned" : "the optimizer's worker ended",
+                               " while the gradient norm of unit ", model_.unit(u).name, " was being summed"));
       }
     }
     if (n == 2) return;

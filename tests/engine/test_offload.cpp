@@ -78,6 +78,37 @@ Result run(const Config& c, TrainerOptions opt = {}) {
 
 const char* name(Tier t) { return t == Tier::device ? "device" : t == Tier::host ? "host" : "nvme"; }
 
+// Holds one unit's update, in every step but the last, until the next step has begun (bounded:
+// 30 s), and records per step the step that had begun when that update started — the step
+// itself when the update runs before the next step, the next one when it runs into it. With
+// hold false it only records. Installs its hooks on `hooks`; outlives the run.
+struct HoldUpdateUntilNextStep {
+  int unit;
+  int64_t steps;
+  bool hold;
+  std::mutex mu;
+  std::condition_variable cv;
+  int64_t begun = 0, updates = 0;
+  std::vector<int64_t> begun_at;
+
+  HoldUpdateUntilNextStep(TestHooks& hooks, int unit_, int64_t steps_, bool hold_)
+      : unit(unit_), steps(steps_), hold(hold_) {
+    hooks.before_step = [this](int64_t step) {
+      std::lock_guard<std::mutex> lock(mu);
+      begun = step;
+      cv.notify_all();
+    };
+    hooks.before_unit_update = [this](int u) {
+      if (u != unit) return;
+      std::unique_lock<std::mutex> lock(mu);
+      ++updates;
+      if (hold && updates < steps)  // no step follows the last
+        cv.wait_for(lock, std::chrono::seconds(30), [&] { return begun > updates; });
+      begun_at.push_back(begun);
+    };
+  }
+};
+
 }  // namespace
 
 // The compute precision and the dtype of m and v.
@@ -386,32 +417,16 @@ TEST(Offload, OverlappedUpdateRunsIntoTheNextStep) {
     c.offload.params = Tier::host;
     c.offload.overlap_optimizer = overlap;
     const int last = LlamaModel(c.model, world().size()).num_units() - 1;
-    std::mutex mu;
-    std::condition_variable cv;
-    int64_t begun = 0, updates = 0;
-    std::vector<int64_t> begun_at_last;  // per step: the step begun when its last unit updates
     auto hooks = std::make_shared<TestHooks>();
-    hooks->before_step = [&](int64_t step) {
-      std::lock_guard<std::mutex> lock(mu);
-      begun = step;
-      cv.notify_all();
-    };
-    hooks->before_unit_update = [&](int u) {
-      if (u != last) return;
-      std::unique_lock<std::mutex> lock(mu);
-      ++updates;
-      if (overlap && updates < c.train.steps)  // no step follows the last
-        cv.wait_for(lock, std::chrono::seconds(30), [&] { return begun > updates; });
-      begun_at_last.push_back(begun);
-    };
+    HoldUpdateUntilNextStep hold(*hooks, last, c.train.steps, overlap);
     TrainerOptions opt;
     opt.test_hooks = hooks;
     const Result r = run(c, opt);
     if (overlap) {
-      EXPECT_EQ(begun_at_last, (std::vector<int64_t>{2, 3, 3}));
+      EXPECT_EQ(hold.begun_at, (std::vector<int64_t>{2, 3, 3}));
       EXPECT_EQ(r.losses, serial_losses);
     } else {
-      EXPECT_EQ(begun_at_last, (std::vector<int64_t>{1, 2, 3}));
+      EXPECT_EQ(hold.begun_at, (std::vector<int64_t>{1, 2, 3}));
       serial_losses = r.losses;
     }
   }
@@ -494,24 +509,8 @@ TEST(Offload, UnclippedUpdateLateForTheBackwardRunsIntoTheNextForward) {
     c.offload.nvme_path = {nvme_dir("unclipped_late")};
     c.offload.overlap_optimizer = overlap;
     const int held = LlamaModel(c.model, world().size()).num_units() - 2;  // the last block
-    std::mutex mu;
-    std::condition_variable cv;
-    int64_t begun = 0, updates = 0;
-    std::vector<int64_t> begun_at_held;  // per step: the step begun when the held unit updates
     auto hooks = std::make_shared<TestHooks>();
-    hooks->before_step = [&](int64_t step) {
-      std::lock_guard<std::mutex> lock(mu);
-      begun = step;
-      cv.notify_all();
-    };
-    hooks->before_unit_update = [&](int u) {
-      if (u != held) return;
-      std::unique_lock<std::mutex> lock(mu);
-      ++updates;
-      if (overlap && updates < c.train.steps)  // no step follows the last
-        cv.wait_for(lock, std::chrono::seconds(30), [&] { return begun > updates; });
-      begun_at_held.push_back(begun);
-    };
+    HoldUpdateUntilNextStep hold(*hooks, held, c.train.steps, overlap);
     TrainerOptions opt;
     opt.test_hooks = hooks;
     std::vector<StepRecord> records;
@@ -519,12 +518,12 @@ TEST(Offload, UnclippedUpdateLateForTheBackwardRunsIntoTheNextForward) {
     const Result r = run(c, opt);
     ASSERT_EQ(records.size(), size_t(c.train.steps));
     if (!overlap) {
-      EXPECT_EQ(begun_at_held, (std::vector<int64_t>{1, 2, 3}));
+      EXPECT_EQ(hold.begun_at, (std::vector<int64_t>{1, 2, 3}));
       serial = r;
       serial_records = records;
       continue;
     }
-    EXPECT_EQ(begun_at_held, (std::vector<int64_t>{2, 3, 3}));
+    EXPECT_EQ(hold.begun_at, (std::vector<int64_t>{2, 3, 3}));
     EXPECT_EQ(r.losses, serial.losses);
     EXPECT_TRUE(r.weights == serial.weights) << "final weights differ";
     for (size_t i = 0; i < records.size(); ++i)
