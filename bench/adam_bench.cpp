@@ -22,6 +22,7 @@
 #include <optional>
 #include <vector>
 
+#include "bench/stats.h"
 #include "core/cpu.h"
 #include "core/dtype.h"
 #include "core/error.h"
@@ -91,11 +92,7 @@ double seconds(F&& f) {
 struct Samples {
   std::vector<double> s;
   double best() const { return *std::min_element(s.begin(), s.end()); }
-  double median() const {
-    std::vector<double> c = s;
-    std::sort(c.begin(), c.end());
-    return c.size() % 2 ? c[c.size() / 2] : 0.5 * (c[c.size() / 2 - 1] + c[c.size() / 2]);
-  }
+  double median() const { return strata::median(s); }
 };
 
 // The chosen ISA against the scalar reference on `n` elements over three steps, for the plain

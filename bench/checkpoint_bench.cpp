@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "bench/io_bench.h"
+#include "bench/stats.h"
 #include "core/error.h"
 #include "core/size.h"
 #include "engine/checkpoint.h"
@@ -16,15 +17,6 @@
 
 namespace strata {
 namespace fs = std::filesystem;
-
-namespace {
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-}  // namespace
 
 nlohmann::json run_checkpoint_bench(const CheckpointBenchOptions& o) {
   if (o.dir.empty()) fail("bench::checkpoint", "no --dir given", "pass the folder to write checkpoints in");

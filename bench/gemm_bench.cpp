@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "bench/stats.h"
 #include "core/cpu.h"
 #include "core/error.h"
 #include "kernels/cpu/blas.h"
@@ -96,11 +97,6 @@ std::vector<double> time_calls(double min_seconds, const Fn& fn) {
     total += s.back();
   }
   return s;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <random>
 #include <vector>
 
+#include "bench/stats.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/size.h"
@@ -44,12 +45,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
 struct Timing {

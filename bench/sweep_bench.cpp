@@ -9,6 +9,7 @@
 #include "bench/comm_bench.h"
 #include "bench/io_bench.h"
 #include "bench/rate_probe.h"
+#include "bench/stats.h"
 #include "core/error.h"
 #include "core/size.h"
 #include "comm/comm.h"
@@ -120,8 +121,7 @@ nlohmann::json run_sweep(Communicator& world, const SweepOptions& o) {
         }
       if (us > 0) rounds.push_back(bytes / (us * 1e-6) / 1e9);
     }
-    std::sort(rounds.begin(), rounds.end());
-    rates.comm_gbps = rounds.empty() ? 0.0 : rounds[rounds.size() / 2];
+    rates.comm_gbps = median(rounds);
   }
   PlanMachine model_machine;
   model_machine.device_is_host_memory = !uses_cuda(base);

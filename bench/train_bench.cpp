@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "bench/gemm_bench.h"
+#include "bench/stats.h"
 #include "core/cpu.h"
 #include "core/error.h"
 #include "comm/comm.h"
@@ -19,13 +20,6 @@
 
 namespace strata {
 namespace {
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 double gemm_peak(double seconds, nlohmann::json& record) {
   GemmBenchOptions g;
