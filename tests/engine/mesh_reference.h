@@ -17,6 +17,7 @@
 #include "comm/comm.h"
 #include "comm/comm_registry.h"
 #include "engine/trainer.h"
+#include "tests/support/tiny_config.h"
 
 namespace strata::testing {
 
@@ -27,21 +28,10 @@ inline Communicator& world() {
 
 // GQA (8 query heads, 2 kv heads: tp 4 replicates each kv head on 2 ranks), untied head.
 inline Config base() {
-  Config c;
-  c.model.dim = 64;
-  c.model.n_layers = 2;
-  c.model.n_heads = 8;
-  c.model.n_kv_heads = 2;
-  c.model.ffn_dim = 96;
-  c.model.max_seq_len = 64;
-  c.data.path = "builtin:words";
-  c.data.seq_len = 16;
-  c.data.micro_batch = 2;
+  Config c = test::tiny_config({.dim = 64, .n_heads = 8, .ffn_dim = 96, .max_seq_len = 64}, 16, 2);
   c.train.steps = 10;
   c.train.lr = 5e-3f;
   c.train.warmup_steps = 2;
-  c.eval.batches = 0;
-  c.log.every = 1000;
   // AdamW's eps: 1e-6 instead of 1e-8. Adam's first steps move every element by about lr
   // whatever the size of its gradient, so an element whose gradient is near zero (a sum that
   // cancels) turns a rounding-level difference into a full-size step of another sign. With

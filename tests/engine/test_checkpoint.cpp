@@ -30,6 +30,7 @@
 #include "engine/trainer.h"
 #include "kernels/device.h"
 #include "tests/engine/test_util.h"
+#include "tests/support/tiny_config.h"
 
 using namespace strata;
 namespace fs = std::filesystem;
@@ -69,23 +70,13 @@ std::string rank_dir(const std::string& name) {
 }
 
 Config base(Precision p = Precision::fp32) {
-  Config c;
-  c.model.dim = 48;
-  c.model.n_layers = 2;
-  c.model.n_heads = 4;
-  c.model.n_kv_heads = 2;
-  c.model.ffn_dim = 80;
-  c.model.max_seq_len = 32;
-  c.data.seq_len = 16;
-  c.data.micro_batch = 2;
+  Config c = test::tiny_config({.dim = 48, .ffn_dim = 80, .max_seq_len = 32}, 16, 2);
   c.data.shuffle = true;
   c.train.steps = 10;
   c.train.grad_accum = 2;
   c.train.precision = p;
   c.train.warmup_steps = 2;
   c.train.lr = 3e-3f;
-  c.eval.batches = 0;
-  c.log.every = 1000;
   c.offload.optimizer_chunk = 16 << 10;
   return c;
 }

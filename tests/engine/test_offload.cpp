@@ -24,6 +24,7 @@
 #include "engine/plan.h"
 #include "engine/test_hooks.h"
 #include "engine/trainer.h"
+#include "tests/support/tiny_config.h"
 
 using namespace strata;
 namespace fs = std::filesystem;
@@ -42,21 +43,11 @@ std::string nvme_dir(const std::string& name) {
 }
 
 Config base(Precision p) {
-  Config c;
-  c.model.dim = 48;
-  c.model.n_layers = 2;
-  c.model.n_heads = 4;
-  c.model.n_kv_heads = 2;
-  c.model.ffn_dim = 80;
-  c.model.max_seq_len = 32;
-  c.data.seq_len = 16;
-  c.data.micro_batch = 2;
+  Config c = test::tiny_config({.dim = 48, .ffn_dim = 80, .max_seq_len = 32}, 16, 2);
   c.train.steps = 3;
   c.train.grad_accum = 2;
   c.train.precision = p;
   c.train.warmup_steps = 1;
-  c.eval.batches = 0;
-  c.log.every = 1000;
   c.offload.optimizer_chunk = 16 << 10;  // several chunks per shard: the pipeline really runs
   c.offload.prefetch = 1;
   return c;

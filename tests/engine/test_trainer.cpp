@@ -12,27 +12,18 @@
 #include "comm/comm.h"
 #include "engine/test_hooks.h"
 #include "engine/trainer.h"
+#include "tests/support/tiny_config.h"
 
 using namespace strata;
 
 namespace {
 
 Config tiny() {
-  Config c;
-  c.model.dim = 32;
-  c.model.n_layers = 2;
-  c.model.n_heads = 4;
-  c.model.n_kv_heads = 2;
-  c.model.ffn_dim = 48;
-  c.model.max_seq_len = 64;
-  c.data.path = "builtin:words";
-  c.data.seq_len = 16;
-  c.data.micro_batch = 4;
+  Config c = test::tiny_config({.dim = 32, .ffn_dim = 48, .max_seq_len = 64}, 16, 4);
   c.train.steps = 4;
   c.train.lr = 1e-2f;
   c.train.warmup_steps = 0;
   c.eval.batches = 2;
-  c.log.every = 1000;
   return c;
 }
 

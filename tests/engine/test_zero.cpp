@@ -33,6 +33,7 @@
 #include "engine/model.h"
 #include "engine/trainer.h"
 #include "tests/engine/reference_trainer.h"
+#include "tests/support/tiny_config.h"
 
 using namespace strata;
 
@@ -44,21 +45,11 @@ Communicator& world() {
 }
 
 Config base() {
-  Config c;
-  c.model.dim = 48;  // embedding 256 x 48 = 12288 elements: pads for dp = 3 (shards of 2048·k)
-  c.model.n_layers = 2;
-  c.model.n_heads = 4;
-  c.model.n_kv_heads = 2;
-  c.model.ffn_dim = 80;
-  c.model.max_seq_len = 64;
-  c.data.path = "builtin:words";
-  c.data.seq_len = 16;
-  c.data.micro_batch = 2;
+  // dim 48: embedding 256 x 48 = 12288 elements, which pads for dp = 3 (shards of 2048·k)
+  Config c = test::tiny_config({.dim = 48, .ffn_dim = 80, .max_seq_len = 64}, 16, 2);
   c.train.steps = 10;
   c.train.lr = 5e-3f;
   c.train.warmup_steps = 2;
-  c.eval.batches = 0;
-  c.log.every = 1000;
   return c;
 }
 

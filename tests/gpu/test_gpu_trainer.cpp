@@ -18,28 +18,18 @@
 #include "comm/comm.h"
 #include "engine/trainer.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/support/tiny_config.h"
 
 using namespace strata;
 
 namespace {
 
 Config tiny(const std::string& device) {
-  Config c;
-  c.model.dim = 64;
-  c.model.n_layers = 2;
-  c.model.n_heads = 4;
-  c.model.n_kv_heads = 2;
-  c.model.ffn_dim = 96;
-  c.model.max_seq_len = 64;
-  c.data.path = "builtin:words";
-  c.data.seq_len = 32;
-  c.data.micro_batch = 4;
+  Config c = test::tiny_config({.dim = 64, .ffn_dim = 96, .max_seq_len = 64}, 32, 4);
   c.train.steps = 5;
   c.train.lr = 1e-2f;
   c.train.warmup_steps = 0;
   c.train.device = device;
-  c.eval.batches = 0;
-  c.log.every = 1000;
   return c;
 }
 
