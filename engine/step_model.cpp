@@ -118,16 +118,17 @@ StepPrediction predict_step(const Config& c, int dp, const PlanMachine& machine,
   p.comm_ms = fwd_comm_ms + bwd_comm_ms;
 
   // The passes: reads and copies run ahead of compute (offload.prefetch, zero.prefetch); so do
-  // the collectives on a GPU, while on the CPU device their copies take the compute's cores.
+  // the collectives on a GPU. On the CPU device the collectives' and the host⇄device copies'
+  // memcpys run on the compute's cores: they add to the pass (only the disk overlaps it).
   const double fwd_read_ms = transfer_ms(fwd_read, read_gbps, "NVMe read");
   const double bwd_read_ms = transfer_ms(bwd_read, read_gbps, "NVMe read");
   const double fwd_copy_ms = transfer_ms(fwd_h2d, h2d_gbps, "host-to-device copy");
   const double bwd_copy_ms = transfer_ms(bwd_h2d, h2d_gbps, "host-to-device copy") +
                              transfer_ms(bwd_d2h, d2h_gbps, "device-to-host copy");
-  const double fwd_busy = cpu ? fwd_compute + fwd_comm_ms : std::max(fwd_compute, fwd_comm_ms);
-  const double bwd_busy = cpu ? bwd_compute + bwd_comm_ms : std::max(bwd_compute, bwd_comm_ms);
-  p.forward_ms = std::max({fwd_busy, fwd_read_ms, fwd_copy_ms});
-  p.backward_ms = std::max({bwd_busy, bwd_read_ms, bwd_copy_ms});
+  const double fwd_busy = cpu ? fwd_compute + fwd_comm_ms + fwd_copy_ms : std::max(fwd_compute, fwd_comm_ms);
+  const double bwd_busy = cpu ? bwd_compute + bwd_comm_ms + bwd_copy_ms : std::max(bwd_compute, bwd_comm_ms);
+  p.forward_ms = std::max({fwd_busy, fwd_read_ms, cpu ? 0.0 : fwd_copy_ms});
+  p.backward_ms = std::max({bwd_busy, bwd_read_ms, cpu ? 0.0 : bwd_copy_ms});
 
   // The optimizer step.
   const double opt_copy_ms = transfer_ms(opt_h2d, h2d_gbps, "host-to-device copy") +
@@ -174,8 +175,14 @@ StepPrediction predict_step(const Config& c, int dp, const PlanMachine& machine,
   for (auto [pass, compute, busy, read, copy] :
        {std::array{p.forward_ms, fwd_compute, fwd_busy, fwd_read_ms, fwd_copy_ms},
         std::array{p.backward_ms, bwd_compute, bwd_busy, bwd_read_ms, bwd_copy_ms}}) {
-    comm_excess += busy - compute;
-    (read >= copy ? read_excess : copy_excess) += pass - busy;
+    if (cpu) {  // busy = compute + collectives + copies; only the reads run beside it
+      comm_excess += busy - compute - copy;
+      copy_excess += copy;
+      read_excess += pass - busy;
+    } else {
+      comm_excess += busy - compute;
+      (read >= copy ? read_excess : copy_excess) += pass - busy;
+    }
   }
   const std::array<std::pair<double, std::string>, 5> parts = {{
       {p.compute_ms, "compute"},

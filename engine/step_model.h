@@ -11,10 +11,12 @@
 //   compute_fwd = F/3 ÷ gemm,  compute_bwd = 2F/3 ÷ gemm (+ F/3 with activation checkpointing:
 //                 the recompute runs inside the backward's gather, so it reads no more bytes);
 //                 tensor and pipeline parallelism divide F evenly by tp × pp
-//   pass time   = max(compute of the pass (+ its collectives on the CPU device, whose cores
-//                     copy them), its collectives ÷ comm rate (a GPU overlaps them),
+//   pass time   = max(compute of the pass, its collectives ÷ comm rate,
 //                     its NVMe parameter reads ÷ read rate,
 //                     its host→device (and, in backward, gradient device→host) bytes ÷ copy rate)
+//                 on a GPU, which overlaps them; on the CPU device, whose cores do the
+//                 collectives' and the copies' memcpys, max(compute + collectives + copies,
+//                 NVMe parameter reads)
 //   collectives = dp > 1: all-gathered bytes per gather (forward, backward) + the gradients
 //                 reduce-scattered per micro-batch, at comm_gbps (bench/comm_bench.h),
 //                 counted only when that rate was measured (the sweep does; a one-process probe

@@ -209,7 +209,27 @@ TEST(StepModel, OverlapHidesTheOptimizerBehindTheForwardOnly) {
   // On the CPU device the AdamW shares the cores: nothing of it hides.
   PlanMachine cpu = gpu_machine();
   cpu.device_is_host_memory = true;
-  EXPECT_NEAR(predict_step(c, 1, cpu, r).step_ms, off.step_ms, 1e-9);
+  const double cpu_on = predict_step(c, 1, cpu, r).step_ms;
+  c.offload.overlap_optimizer = false;
+  EXPECT_NEAR(cpu_on, predict_step(c, 1, cpu, r).step_ms, 1e-9);
+}
+
+// The host⇄device copies of the passes: a GPU's copy engines overlap them with compute; on the
+// CPU device they are memcpys on the compute's cores, so they add to the pass.
+TEST(StepModel, CpuDeviceCopiesAddToThePass) {
+  Config c = placed(small(""), Tier::host, Tier::host);
+  MachineRates r = rates();
+  const StepPrediction gpu = predict_step(c, 1, gpu_machine(), r);
+  EXPECT_GT(gpu.copy_ms, 0);
+  EXPECT_NEAR(gpu.forward_ms + gpu.backward_ms, gpu.compute_ms, 1e-9);  // copies hidden
+  PlanMachine cpu = gpu_machine();
+  cpu.device_is_host_memory = true;
+  const StepPrediction on_cpu = predict_step(c, 1, cpu, r);
+  // (params and optimizer both on the host: every copy is a pass's, none the optimizer's)
+  EXPECT_NEAR(on_cpu.copy_ms, gpu.copy_ms, 1e-9);
+  EXPECT_NEAR(on_cpu.forward_ms + on_cpu.backward_ms, on_cpu.compute_ms + on_cpu.copy_ms, 1e-9);
+  r.h2d_gbps = r.d2h_gbps = 1e-3;  // copies far slower than compute: the bottleneck
+  EXPECT_EQ(predict_step(c, 1, cpu, r).bottleneck, "host-device copies");
 }
 
 // Unclipped, the updates run during the backward and the next forward: the optimizer hides
