@@ -156,9 +156,17 @@ StepPrediction predict_step(const Config& c, int dp, const PlanMachine& machine,
     // next forward (ZeroEngine::update_in_backward), so the optimizer overlaps both passes; the
     // disk serves the passes' parameter reads and the optimizer's traffic together, and on the
     // CPU device the AdamW shares the passes' cores.
+    // The backward finishes the stage's first two units last, and the next forward needs them
+    // first: while the worker keeps up, the forward waits for their updates (on the CPU device
+    // for their disk time; the AdamW is counted whole already). When the optimizer or the disk
+    // is the bottleneck the worker never idles, and that wait is inside their time.
     const double disk = fwd_read_ms + bwd_read_ms + opt_io_ms + opt_copy_ms;
-    const double step = cpu ? std::max(passes + adam_ms + opt_copy_ms, disk)
-                            : std::max({passes, p.optimizer_ms, disk});
+    double first = 0;
+    for (size_t u = 0; u < std::min<size_t>(2, model.units().size()); ++u)
+      first += double(model.units()[u].layout.shard_numel()) / std::max(shard, 1.0);
+    const double tail = first * (cpu ? opt_io_ms + opt_copy_ms : p.optimizer_ms);
+    const double step = cpu ? std::max(passes + adam_ms + opt_copy_ms + tail, disk)
+                            : std::max({passes + tail, p.optimizer_ms, disk});
     p.exposed_optimizer_ms = step - passes;
   } else if (cpu) {
     // The AdamW runs on the cores the forward computes on: only the disk time can hide.

@@ -31,8 +31,10 @@
 //   unclipped (train.grad_clip = 0, overlap on: the updates run during the backward and the
 //   next forward), with disk = both passes' NVMe parameter reads + the optimizer's NVMe time +
 //   its copies:
-//   step        = max(fwd + bwd, optimizer, disk)               (GPU)
-//               = max(fwd + bwd + AdamW, disk)                  (CPU device)
+//   step        = max(fwd + bwd + first, optimizer, disk)       (GPU)
+//               = max(fwd + bwd + AdamW + first, disk)          (CPU device)
+//   where first = the optimizer's time for the stage's first two units (on the CPU device its
+//   disk time only): the backward finishes them last and the next forward waits for them.
 //
 // Not counted: the data-parallel collectives when no comm rate was measured, tensor / pipeline
 // parallel traffic, non-GEMM ops (norms, softmax, casts: the step is slower by about 1 − MFU),
