@@ -258,6 +258,12 @@ const std::vector<Key>& keys() {
        between(0, 64)},
       {STRATA_CONFIG_KEY(offload, optimizer_chunk), Kind::size,
        "bytes per chunk of the NVMe optimizer pipeline", between(4096, 4.0 * GiB)},
+      {STRATA_CONFIG_KEY(offload, optimizer_read_ahead), Kind::size,
+       "pinned host memory for optimizer states (offload.optimizer = nvme) read ahead of their "
+       "update while the last backward runs: the first units' master, m and v in forward order, "
+       "whose updates the next forward waits for; rounded down to whole chunks, part of "
+       "offload.pinned_mem_limit; needs offload.overlap_optimizer. 0 = only the pipeline's next "
+       "chunk", between(0, kMaxBytes)},
       {STRATA_CONFIG_KEY(offload, overlap_optimizer), Kind::boolean,
        "with offload.optimizer = host or nvme: the CPU AdamW steps units in forward order on a "
        "thread of its own while the next step's forward runs (a unit's forward waits only for its "

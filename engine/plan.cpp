@@ -139,6 +139,13 @@ MemoryPlan plan_memory(const Config& c, int dp, const PlanMachine& machine, int 
         true);
     pools = add(pools, b);
   }
+  const int ahead_buffers = read_ahead_buffers(model, pl);
+  const uint64_t ahead = read_ahead_bytes(model, pl);
+  if (ahead) {
+    row(Tier::host, str("NVMe optimizer read-ahead staging (", ahead_buffers / pl.read_ahead_buffers_per_chunk(),
+                        " chunks of master, m and v)"), ahead, true);
+    pools = add(pools, ahead);
+  }
   if (pl.nvme_params()) {
     const uint64_t shard_bytes = mul(max_shard, esz);
     uint64_t want = mul(uint64_t(c.offload.prefetch) + 1, shard_bytes);
@@ -159,9 +166,12 @@ MemoryPlan plan_memory(const Config& c, int dp, const PlanMachine& machine, int 
   p.checks.push_back({"device memory per rank", device_need, device_limit,
                       c.offload.device_mem_limit ? "offload.device_mem_limit" : "the device's size"});
   if (c.offload.pinned_mem_limit && pools > 0) {
-    uint64_t min_pools = add(pl.chunk_io() ? mul(uint64_t(pl.chunk_buffers()), pl.chunk_bytes(max_shard, kShardAlignElems)) : 0,
+    uint64_t min_pools = add(add(pl.chunk_io() ? mul(uint64_t(pl.chunk_buffers()), pl.chunk_bytes(max_shard, kShardAlignElems)) : 0,
+                                 ahead),
                              pl.nvme_params() ? mul(max_shard, esz) : 0);
-    p.checks.push_back({"pinned staging per rank (at least one unit)", min_pools,
+    p.checks.push_back({ahead ? "pinned staging per rank (one unit + offload.optimizer_read_ahead)"
+                              : "pinned staging per rank (at least one unit)",
+                        min_pools,
                         c.offload.pinned_mem_limit, "offload.pinned_mem_limit"});
   }
   const uint64_t ram = machine.host_memory ? machine.host_memory : physical_memory_bytes();

@@ -127,14 +127,19 @@ StepPrediction predict_step(const Config& c, int dp, const PlanMachine& machine,
                              transfer_ms(bwd_d2h, d2h_gbps, "device-to-host copy");
   const double fwd_busy = cpu ? fwd_compute + fwd_comm_ms + fwd_copy_ms : std::max(fwd_compute, fwd_comm_ms);
   const double bwd_busy = cpu ? bwd_compute + bwd_comm_ms + bwd_copy_ms : std::max(bwd_compute, bwd_comm_ms);
+  // offload.optimizer_read_ahead: that many bytes of the states are read during the last
+  // backward, beside its parameter reads, instead of after the norm (clipped) or at the end of
+  // the backward (unclipped: the first units, which it finishes last).
+  const double ahead_bytes = std::min(opt_read, double(read_ahead_bytes(model, pl)));
+  const double ahead_ms = transfer_ms(ahead_bytes, read_gbps, "NVMe read");
   p.forward_ms = std::max({fwd_busy, fwd_read_ms, cpu ? 0.0 : fwd_copy_ms});
-  p.backward_ms = std::max({bwd_busy, bwd_read_ms, cpu ? 0.0 : bwd_copy_ms});
+  p.backward_ms = std::max({bwd_busy, bwd_read_ms + ahead_ms, cpu ? 0.0 : bwd_copy_ms});
 
   // The optimizer step.
   const double opt_copy_ms = transfer_ms(opt_h2d, h2d_gbps, "host-to-device copy") +
                              transfer_ms(opt_d2h, d2h_gbps, "device-to-host copy");
-  const double opt_io_ms = transfer_ms(opt_read, read_gbps, "NVMe read") +
-                           transfer_ms(opt_write, write_gbps, "NVMe write");
+  const double opt_read_ms = transfer_ms(opt_read, read_gbps, "NVMe read");
+  const double opt_io_ms = opt_read_ms + transfer_ms(opt_write, write_gbps, "NVMe write");
   double adam_ms = 0;
   std::string opt_kind;
   if (!offload_opt) {
@@ -164,16 +169,21 @@ StepPrediction predict_step(const Config& c, int dp, const PlanMachine& machine,
     double first = 0;
     for (size_t u = 0; u < std::min<size_t>(2, model.units().size()); ++u)
       first += double(model.units()[u].layout.shard_numel()) / std::max(shard, 1.0);
-    const double tail = first * (cpu ? opt_io_ms + opt_copy_ms : p.optimizer_ms);
+    // What was read ahead of them (offload.optimizer_read_ahead) is off their disk time.
+    const double first_ahead_ms = std::min(first * opt_read_ms, ahead_ms);
+    const double tail = cpu ? first * (opt_io_ms + opt_copy_ms) - first_ahead_ms
+                            : first * (std::max(adam_ms, opt_io_ms - first_ahead_ms / std::max(first, 1e-12)) + opt_copy_ms);
     const double step = cpu ? std::max(passes + adam_ms + opt_copy_ms + tail, disk)
                             : std::max({passes + tail, p.optimizer_ms, disk});
     p.exposed_optimizer_ms = step - passes;
   } else if (cpu) {
-    // The AdamW runs on the cores the forward computes on: only the disk time can hide.
-    const double window = std::max(p.forward_ms + adam_ms + opt_copy_ms, opt_io_ms + opt_copy_ms);
+    // The AdamW runs on the cores the forward computes on: only the disk time can hide. What
+    // was read ahead during the backward is off it.
+    const double window = std::max(p.forward_ms + adam_ms + opt_copy_ms, opt_io_ms - ahead_ms + opt_copy_ms);
     p.exposed_optimizer_ms = window - p.forward_ms;
   } else {
-    p.exposed_optimizer_ms = std::max(0.0, p.optimizer_ms - p.forward_ms);
+    const double after_norm = std::max(adam_ms, opt_io_ms - ahead_ms) + opt_copy_ms;
+    p.exposed_optimizer_ms = std::max(0.0, after_norm - p.forward_ms);
   }
   p.step_ms = passes + p.exposed_optimizer_ms;
 

@@ -35,6 +35,9 @@
 //               = max(fwd + bwd + AdamW + first, disk)          (CPU device)
 //   where first = the optimizer's time for the stage's first two units (on the CPU device its
 //   disk time only): the backward finishes them last and the next forward waits for them.
+//   offload.optimizer_read_ahead: its bytes (at most the states') are read during the backward
+//   (the backward's disk time grows by them) and come off the optimizer's read time after the
+//   norm (clipped) or off the first units' (unclipped).
 //
 // Not counted: the data-parallel collectives when no comm rate was measured, tensor / pipeline
 // parallel traffic, non-GEMM ops (norms, softmax, casts: the step is slower by about 1 − MFU),

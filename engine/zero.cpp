@@ -62,6 +62,18 @@ std::vector<SlotClass> grad_slot_classes(const LlamaModel& model, const Placemen
   return slot_classes_of(model, p.grad_slots() - (p.keep_embedding ? 1 : 0), p.keep_embedding);
 }
 
+int read_ahead_buffers(const LlamaModel& model, const Placement& p) {
+  const size_t shard = max_shard(model);
+  const uint64_t chunk = p.chunk_bytes(shard, kShardAlignElems) / 4;  // elements
+  uint64_t chunks = 0;
+  for (const auto& u : model.units()) chunks += (u.layout.shard_numel() + chunk - 1) / chunk;
+  return p.read_ahead_buffers(shard, kShardAlignElems, chunks);
+}
+
+uint64_t read_ahead_bytes(const LlamaModel& model, const Placement& p) {
+  return uint64_t(read_ahead_buffers(model, p)) * p.chunk_bytes(max_shard(model), kShardAlignElems);
+}
+
 ZeroOptions zero_options(const Config& cfg) {
   if (cfg.offload.any_auto())
     fail("zero::options",
@@ -81,6 +93,7 @@ ZeroOptions zero_options(const Config& cfg) {
   p.reshard_after_forward = cfg.zero.reshard_after_forward;
   p.grad_accum = cfg.train.grad_accum;
   p.optimizer_chunk = cfg.offload.optimizer_chunk;
+  p.optimizer_read_ahead = cfg.offload.overlap_optimizer ? cfg.offload.optimizer_read_ahead : 0;
   zo.nvme_path = cfg.offload.nvme_path;
   zo.pinned_mem_limit = cfg.offload.pinned_mem_limit;
   zo.nvme_prefetch = cfg.offload.prefetch;
@@ -230,21 +243,35 @@ ZeroEngine::Impl::Impl(const LlamaModel& model, Device& device, Communicator& dp
   const bool chunk_io = place_.chunk_io();
   const int chunk_buffers = place_.chunk_buffers();
   const uint64_t chunk_need = chunk_io ? uint64_t(chunk_buffers) * chunk_bytes : 0;
-  const uint64_t pinned_min = chunk_need + (nvme_params ? shard * esz : 0);
+  const int ahead_buffers = read_ahead_buffers(model, place_);
+  const uint64_t ahead_need = uint64_t(ahead_buffers) * chunk_bytes;
+  if (place_.optimizer_read_ahead && place_.optimizer == Tier::nvme && !ahead_buffers)
+    fail("zero::init",
+         str("offload.optimizer_read_ahead = ", format_bytes(place_.optimizer_read_ahead),
+             " holds no whole chunk of the optimizer states (", place_.read_ahead_buffers_per_chunk(),
+             " x ", format_bytes(chunk_bytes), ")"),
+         "raise it, or set 0 to read only the pipeline's next chunk ahead");
+  const uint64_t pinned_min = chunk_need + ahead_need + (nvme_params ? shard * esz : 0);
   if (opt_.pinned_mem_limit && opt_.pinned_mem_limit < pinned_min)
     fail("zero::init",
          str("offload.pinned_mem_limit = ", format_bytes(opt_.pinned_mem_limit),
              " is too small: NVMe staging needs at least ", format_bytes(pinned_min), " (",
              chunk_io ? str(chunk_buffers, " optimizer chunks of ", format_bytes(chunk_bytes)) : std::string(),
+             ahead_buffers ? str(" + ", ahead_buffers, " read ahead (offload.optimizer_read_ahead)") : std::string(),
              nvme_params ? str(" + one parameter shard of ", format_bytes(shard * esz)) : std::string(), ")"),
-         "raise offload.pinned_mem_limit (0 sizes it as needed) or lower offload.optimizer_chunk");
+         ahead_buffers ? "raise offload.pinned_mem_limit (0 sizes it as needed) or lower offload.optimizer_read_ahead"
+                       : "raise offload.pinned_mem_limit (0 sizes it as needed) or lower offload.optimizer_chunk");
   if (chunk_io)
     chunk_pool_ = std::make_unique<PinnedPool>(device, chunk_need, chunk_bytes, chunk_buffers, "optimizer chunk",
                                                opt_.timeout_s);
+  if (ahead_buffers)
+    ahead_pool_ = std::make_unique<PinnedPool>(device, ahead_need, chunk_bytes, ahead_buffers,
+                                               "optimizer read-ahead", opt_.timeout_s);
   if (nvme_params) {
     uint64_t budget = 0;
     if (opt_.pinned_mem_limit) {
-      budget = opt_.pinned_mem_limit > chunk_need ? opt_.pinned_mem_limit - chunk_need : 0;
+      const uint64_t taken = chunk_need + ahead_need;
+      budget = opt_.pinned_mem_limit > taken ? opt_.pinned_mem_limit - taken : 0;
       budget = std::min<uint64_t>(budget, uint64_t(opt_.nvme_prefetch + 1) * shard * esz);
     }
     param_pool_ = std::make_unique<PinnedPool>(device, budget, shard * esz,
@@ -255,7 +282,7 @@ ZeroEngine::Impl::Impl(const LlamaModel& model, Device& device, Communicator& dp
   // swapper unregisters them when it stops, before the pools are freed (members' order).
   if (swapper_) {
     std::vector<std::span<std::byte>> staging;
-    for (const PinnedPool* pool : {chunk_pool_.get(), param_pool_.get()})
+    for (const PinnedPool* pool : {chunk_pool_.get(), ahead_pool_.get(), param_pool_.get()})
       if (pool) staging.push_back(pool->memory());
     if (!staging.empty()) swapper_->register_buffers(staging);
   }
@@ -387,6 +414,7 @@ ZeroMemory ZeroEngine::Impl::memory() const {
   for (const auto& sl : grad_slots_) m.gathered_bytes += sl.full.bytes();
   if (param_pool_) m.pinned_bytes += param_pool_->bytes();
   if (chunk_pool_) m.pinned_bytes += chunk_pool_->bytes();
+  if (ahead_pool_) m.pinned_bytes += ahead_pool_->bytes();
   return m;
 }
 
@@ -395,6 +423,7 @@ ZeroTraffic ZeroEngine::Impl::take_traffic() {
   traffic_ = ZeroTraffic{};
   t.h2d_bytes += step_h2d_bytes_.exchange(0);
   t.update_wait_ms = std::exchange(update_wait_ms_, 0.0);
+  t.read_ahead_bytes = read_ahead_bytes_.exchange(0);
   if (swapper_) {
     SwapperStats s = swapper_->take_stats();
     t.nvme_read_bytes = s.read_bytes;

@@ -80,6 +80,11 @@ ZeroOptions zero_options(const Config& config);
 // kind (Placement::slot_classes); the engine allocates these and the plan counts them.
 std::vector<SlotClass> param_slot_classes(const LlamaModel& model, const Placement& placement);
 std::vector<SlotClass> grad_slot_classes(const LlamaModel& model, const Placement& placement);
+// The staging buffers for optimizer states read from NVMe ahead of their update
+// (Placement::read_ahead_buffers over this rank's chunks of `model`); the engine allocates these
+// and the plan counts them.
+int read_ahead_buffers(const LlamaModel& model, const Placement& placement);
+uint64_t read_ahead_bytes(const LlamaModel& model, const Placement& placement);  // their bytes
 
 // What this rank holds, by the engine's own accounting.
 struct ZeroMemory {
@@ -101,6 +106,8 @@ struct ZeroTraffic {
   double nvme_busy_ms = 0;       // the swapper had I/O in flight
   double nvme_wait_ms = 0;       // the engine's and the optimizer's threads waited for NVMe
   double update_wait_ms = 0;     // passes waited for an overlapped optimizer step's updates
+  uint64_t read_ahead_bytes = 0; // optimizer states whose NVMe read was submitted ahead of their
+                                 // update (offload.optimizer_read_ahead; in nvme_read_bytes too)
 };
 
 class ZeroEngine {

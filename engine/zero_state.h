@@ -90,6 +90,19 @@ struct ZeroEngine::Impl {
     uint64_t param_write = 0;      // the compute copy's write (a job of its own, submitted first)
   };
 
+  // One chunk of master, m and v read from NVMe ahead of its update (offload.optimizer_read_ahead),
+  // in buffers of ahead_pool_ (bf16 m and v share buf[1]); updated in place and written back from
+  // there.
+  struct AheadChunk {
+    PinnedPool::Lease buf[3];
+    uint64_t read = 0, write = 0;  // swapper tickets, 0 when none
+    // Where state i (master, m, v) is staged; `half` is a chunk's bytes of m (bf16 m and v).
+    char* state(int i, bool bf16_states, size_t half) const {
+      if (bf16_states && i == 2) return static_cast<char*>(buf[1].data) + half;
+      return static_cast<char*>(buf[i].data);
+    }
+  };
+
   // What one optimizer step applies.
   struct StepParams {
     AdamWHyper hyper;
@@ -127,6 +140,13 @@ struct ZeroEngine::Impl {
     std::vector<char> final;   // eager: unit u's gradient is final (its event is recorded)
     std::vector<char> normed;  // eager: 0, 1 (being summed), 2 (summed)
     int published = -1;        // the worker's own: the unit publish_update last marked updated
+    // The worker's own: unit u's first chunks read ahead (ahead[u][k] is chunk k), whether its
+    // update has begun (nothing more is read ahead for it then), the next unit to read ahead and
+    // the read-ahead buffers not leased.
+    std::vector<std::vector<AheadChunk>> ahead;
+    std::vector<char> started;
+    int ahead_unit = 0;
+    int ahead_free = 0;
     bool released = false;     // eager: every unit's squares are summed
     std::exception_ptr error;
     std::thread worker;
@@ -177,6 +197,22 @@ struct ZeroEngine::Impl {
   // A StepJob and its worker: before go, or (eager) with go and its params given.
   void start_job(bool eager, const StepParams* params = nullptr);
   void run_job(StepJob& job);    // the worker's body
+  // In the worker: reads more optimizer states ahead into ahead_pool_ (offload.
+  // optimizer_read_ahead) — the next chunk of the lowest-index unit whose update has not begun —
+  // while buffers are free and fewer than kAheadInFlight such reads are in flight. Returns
+  // whether a later call could read more (chunks left and buffers for them).
+  bool read_ahead(StepJob& job);
+  static constexpr int kAheadInFlight = 2;  // enough to keep the disk busy, few enough that
+                                            // the passes' parameter reads queue behind little
+  // In the worker: waits on job.cv (`lock` held) until pred() or limit_s, reading ahead
+  // meanwhile (every 2 ms while read_ahead() has more to do). Returns pred().
+  template <class Pred>
+  bool wait_reading_ahead(StepJob& job, std::unique_lock<std::mutex>& lock, double limit_s, Pred pred);
+  // A read-ahead chunk's buffers back to ahead_pool_ (its tickets waited for).
+  void release_ahead(StepJob& job, AheadChunk& a);
+  // The worker's end, also on error: waits for every read-ahead ticket still held (errors
+  // dropped: the worker's first error is the one reported) and returns the buffers.
+  void drain_ahead(StepJob& job) noexcept;
   // reduce_grad(u) of the last backward of an eager step: u's gradient is final once the work
   // enqueued so far on `accumulating` has run.
   void mark_final(int u, Stream& accumulating);
@@ -262,6 +298,7 @@ struct ZeroEngine::Impl {
   std::unique_ptr<SwapSpace> swap_;
   std::unique_ptr<PinnedPool> param_pool_;  // compute-copy shards read ahead from NVMe
   std::unique_ptr<PinnedPool> chunk_pool_;  // optimizer pipeline chunks
+  std::unique_ptr<PinnedPool> ahead_pool_;  // optimizer states read ahead (offload.optimizer_read_ahead)
   // Declared after the pools it reads into and writes from, so it is stopped before they are
   // freed (the destructor also drains and stops it first).
   std::unique_ptr<Swapper> swapper_;
@@ -272,6 +309,7 @@ struct ZeroEngine::Impl {
   std::unique_ptr<StepJob> job_;
   double update_wait_ms_ = 0;
   std::atomic<uint64_t> step_h2d_bytes_{0};
+  std::atomic<uint64_t> read_ahead_bytes_{0};  // the worker's, as step_h2d_bytes_
   std::unique_ptr<Stream> step_stream_;
   // Eager (unclipped) steps: one event per unit, recorded where its last gradient accumulation
   // was enqueued; the worker's own stream for the norm's partial sums; the step the worker

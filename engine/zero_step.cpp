@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "core/size.h"
 #include "core/trace.h"
 #include "core/watchdog.h"
@@ -234,6 +235,9 @@ void ZeroEngine::Impl::start_job(bool eager, const StepParams* params) {
   job_ = std::make_unique<StepJob>();
   StepJob& j = *job_;
   j.updated.assign(size_t(model_.num_units()), 0);
+  j.ahead.resize(size_t(model_.num_units()));
+  j.started.assign(size_t(model_.num_units()), 0);
+  j.ahead_free = ahead_pool_ ? ahead_pool_->count() : 0;
   if (eager) {  // given before the worker exists: it reads them without the lock
     j.eager = j.go = true;
     j.params = *params;
@@ -276,7 +280,7 @@ void ZeroEngine::Impl::ensure_normed(StepJob& j, int u, Stream& stream) {
       const int64_t t0 = trace_enabled() ? trace_now_us() : 0;
       // Bounded: the engine's thread reduces every unit within one backward pass, itself under
       // the watchdog; past the timeout something upstream is stuck.
-      if (!j.cv.wait_for(lock, limit, [&] { return j.final[size_t(u)] || j.abort; }))
+      if (!wait_reading_ahead(j, lock, opt_.timeout_s, [&] { return j.final[size_t(u)] || j.abort; }))
         fail("zero::step", str("the optimizer waited ", opt_.timeout_s, " s for unit ", model_.unit(u).name,
                                "'s gradient to become final (parallel.timeout)"));
       if (!j.final[size_t(u)])
@@ -318,8 +322,10 @@ void ZeroEngine::Impl::run_job(StepJob& j) {
   try {
     const int U = model_.num_units();
     for (int i = 0; i < U; ++i) {
+      read_ahead(j);
       const int u = j.eager ? next_eager_unit(j) : i;
       if (u < 0) break;
+      j.started[size_t(u)] = 1;  // its chunks not read ahead by now go through its pipeline
       update_unit(u, j.params, &j);  // (forward order: its first chunks are read before go)
       publish_update(j, u);  // when step_unit_chunked has not (it does before the last writes)
     }
@@ -327,11 +333,101 @@ void ZeroEngine::Impl::run_job(StepJob& j) {
     std::lock_guard<std::mutex> lock(j.mu);
     j.error = std::current_exception();
   }
+  drain_ahead(j);  // an abandoned or failed step's reads ahead
   {
     std::lock_guard<std::mutex> lock(j.mu);
     j.finished = true;
   }
   j.cv.notify_all();
+}
+
+bool ZeroEngine::Impl::read_ahead(StepJob& j) {
+  if (!ahead_pool_) return false;
+  const int U = model_.num_units();
+  const int per = place_.read_ahead_buffers_per_chunk();
+  const bool bf16_states = place_.state == DType::bf16;
+  const size_t chunk = ahead_pool_->buffer_bytes() / 4;  // elements: step_unit_chunked's chunks
+  const size_t ssz = place_.state_elem_bytes();
+  const size_t state_bytes[3] = {4, ssz, ssz};
+  int in_flight = 0;
+  for (auto& chunks : j.ahead)
+    for (AheadChunk& a : chunks) in_flight += a.read && !swapper_->done(a.read);
+  for (;;) {
+    auto left = [&](int u) {
+      const size_t n = model_.unit(u).layout.shard_numel();
+      return !j.started[size_t(u)] && j.ahead[size_t(u)].size() < (n + chunk - 1) / chunk;
+    };
+    while (j.ahead_unit < U && !left(j.ahead_unit)) ++j.ahead_unit;
+    if (j.ahead_unit >= U || j.ahead_free < per) return false;
+    if (in_flight >= kAheadInFlight) return true;
+    const int u = j.ahead_unit;
+    Unit& s = units_[size_t(u)];
+    const size_t n = model_.unit(u).layout.shard_numel();
+    const size_t lo = j.ahead[size_t(u)].size() * chunk, cnt = std::min(chunk, n - lo);
+    AheadChunk& a = j.ahead[size_t(u)].emplace_back();  // held by the job before anything can throw
+    for (int i = 0; i < per; ++i) {
+      a.buf[i] = ahead_pool_->acquire();
+      --j.ahead_free;
+    }
+    Shard* states[3] = {&s.master, &s.m, &s.v};
+    std::vector<IoRequest> reqs;
+    for (int i = 0; i < 3; ++i)
+      reqs.push_back(swap_->request(IoOp::read, states[i]->key, a.state(i, bf16_states, chunk * ssz),
+                                    cnt * state_bytes[i], lo * state_bytes[i]));
+    a.read = swapper_->submit(std::move(reqs));
+    read_ahead_bytes_ += cnt * (4 + 2 * ssz);
+    ++in_flight;
+    if (opt_.test_hooks && opt_.test_hooks->after_read_ahead) opt_.test_hooks->after_read_ahead(u, cnt * (4 + 2 * ssz));
+  }
+}
+
+template <class Pred>
+bool ZeroEngine::Impl::wait_reading_ahead(StepJob& j, std::unique_lock<std::mutex>& lock, double limit_s,
+                                          Pred pred) {
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit_s));
+  for (;;) {
+    if (pred()) return true;
+    lock.unlock();  // the engine's thread may mark units final meanwhile
+    const bool more = read_ahead(j);
+    lock.lock();
+    const auto now = Clock::now();
+    if (pred()) return true;
+    if (now >= deadline) return false;
+    const Clock::duration slice = more ? std::min<Clock::duration>(deadline - now, std::chrono::milliseconds(2))
+                                       : deadline - now;
+    if (j.cv.wait_for(lock, slice, pred)) return true;
+  }
+}
+
+void ZeroEngine::Impl::release_ahead(StepJob& j, AheadChunk& a) {
+  for (uint64_t* t : {&a.read, &a.write})
+    if (*t) swapper_->wait(std::exchange(*t, 0));
+  for (auto& b : a.buf)
+    if (b) {
+      ahead_pool_->release(std::exchange(b, {}));
+      ++j.ahead_free;
+    }
+}
+
+void ZeroEngine::Impl::drain_ahead(StepJob& j) noexcept {
+  for (auto& chunks : j.ahead) {
+    for (AheadChunk& a : chunks) {
+      for (uint64_t* t : {&a.read, &a.write}) {
+        if (!*t) continue;
+        try {
+          swapper_->wait(std::exchange(*t, 0));
+        } catch (const std::exception&) {  // the worker's first error is the one reported
+        }
+      }
+      try {
+        release_ahead(j, a);
+      } catch (const std::exception& e) {
+        log_error("zero::step", "returning an optimizer read-ahead buffer: ", e.what());
+      }
+    }
+    chunks.clear();
+  }
 }
 
 void ZeroEngine::Impl::await_go(StepJob& j, int u) {
@@ -344,8 +440,7 @@ void ZeroEngine::Impl::await_go(StepJob& j, int u) {
   const int64_t t0 = trace_enabled() ? trace_now_us() : 0;
   // Bounded: the engine's thread gives go (or abandons the job) within one backward pass and
   // the norm, both under the watchdog; past the timeout something upstream is stuck.
-  const auto limit = std::chrono::duration<double>(opt_.timeout_s);
-  if (!j.cv.wait_for(lock, limit, [&] { return j.go || j.abort; }))
+  if (!wait_reading_ahead(j, lock, opt_.timeout_s, [&] { return j.go || j.abort; }))
     fail("zero::step", str("the optimizer step's reads waited ", opt_.timeout_s,
                            " s for the gradients to become final (parallel.timeout)"));
   if (j.abort) fail("zero::step", "the prepared optimizer step was abandoned before its update");
@@ -445,6 +540,9 @@ void ZeroEngine::Impl::step_unit_chunked(int u, const StepParams& p, StepJob* ga
   Shard* states[3] = {&s.master, &s.m, &s.v};
   const bool opt_nvme = place_.optimizer == Tier::nvme;
   const bool param_nvme = separate_param && s.param.tier == Tier::nvme;
+  // Its first chunks read ahead by the worker (read_ahead): updated and written back from there.
+  std::vector<AheadChunk>* ahead = gate ? &gate->ahead[size_t(u)] : nullptr;
+  const size_t n_ahead = ahead ? ahead->size() : 0;
 
   ChunkSet sets[3];
   // However this returns, no NVMe read or write may still target a chunk buffer once the buffer
@@ -479,7 +577,7 @@ void ZeroEngine::Impl::step_unit_chunked(int u, const StepParams& p, StepJob* ga
     return static_cast<char*>(set.buf[i].data);
   };
   auto issue_read = [&](size_t k, ChunkSet& set) {
-    if (!opt_nvme) return;
+    if (!opt_nvme || k < n_ahead) return;
     acquire_set(set);
     const size_t lo = k * chunk, cnt = std::min(chunk, n - lo);
     std::vector<IoRequest> reqs;
@@ -492,8 +590,12 @@ void ZeroEngine::Impl::step_unit_chunked(int u, const StepParams& p, StepJob* ga
   if (nchunks > 0) issue_read(0, sets[0]);
   for (size_t k = 0; k < nchunks; ++k) {
     ChunkSet& set = sets[k % 3];
+    AheadChunk* pre = k < n_ahead ? &(*ahead)[k] : nullptr;
     if (k + 1 < nchunks) issue_read(k + 1, sets[(k + 1) % 3]);
-    if (opt_nvme) {
+    if (pre) {
+      if (param_nvme) acquire_set(set);  // for the compute copy's buffer
+      swapper_->wait(std::exchange(pre->read, 0));
+    } else if (opt_nvme) {
       swapper_->wait(set.read);
       set.read = 0;
     } else if (param_nvme) {
@@ -503,7 +605,9 @@ void ZeroEngine::Impl::step_unit_chunked(int u, const StepParams& p, StepJob* ga
     const size_t lo = k * chunk, cnt = std::min(chunk, n - lo);
     char* ptr[3];  // element lo of master, m, v (staged or in memory)
     for (int i = 0; i < 3; ++i)
-      ptr[i] = opt_nvme ? staged(set, i) : states[i]->ptr<char>() + lo * state_bytes[i];
+      ptr[i] = pre        ? pre->state(i, bf16_states, chunk * ssz)
+               : opt_nvme ? staged(set, i)
+                          : states[i]->ptr<char>() + lo * state_bytes[i];
     float* master = reinterpret_cast<float*>(ptr[0]);
     void* param_out = nullptr;  // where the refreshed compute copy of this chunk goes
     const bool param_staged = separate_param && !param_nvme && param_stage_;  // device, unaddressable
@@ -537,21 +641,28 @@ void ZeroEngine::Impl::step_unit_chunked(int u, const StepParams& p, StepJob* ga
     if (opt_nvme) {
       std::vector<IoRequest> reqs;
       for (int i = 0; i < 3; ++i)
-        reqs.push_back(swap_->request(IoOp::write, states[i]->key, staged(set, i), cnt * state_bytes[i],
+        reqs.push_back(swap_->request(IoOp::write, states[i]->key, ptr[i], cnt * state_bytes[i],
                                       lo * state_bytes[i]));
-      set.write = swapper_->submit(std::move(reqs));
+      (pre ? pre->write : set.write) = swapper_->submit(std::move(reqs));
     }
   }
   for (auto& set : sets) {
     if (set.param_write) swapper_->wait(std::exchange(set.param_write, 0));
     if (!separate_param && set.write) swapper_->wait(std::exchange(set.write, 0));  // it is the master
   }
+  if (!separate_param)
+    for (size_t k = 0; k < n_ahead; ++k)
+      if ((*ahead)[k].write) swapper_->wait(std::exchange((*ahead)[k].write, 0));
   // The compute copy holds the new values: a step's worker publishes the unit now, while the
   // states' last writes drain (every reader of the states waits for the whole step).
   if (gate) publish_update(*gate, u);
   for (auto& set : sets)
     if (set.write) swapper_->wait(std::exchange(set.write, 0));
-  // `drain` returns the buffers.
+  if (ahead) {  // written back: the buffers may read ahead for later units
+    for (AheadChunk& a : *ahead) release_ahead(*gate, a);
+    ahead->clear();
+  }
+  // `drain` returns the pipeline's buffers.
 }
 
 void ZeroEngine::Impl::publish_update(StepJob& j, int u) {

@@ -105,4 +105,11 @@ uint64_t Placement::chunk_bytes(uint64_t max_shard_elems, uint64_t align_elems) 
   return std::clamp<uint64_t>(optimizer_chunk / unit * unit, unit, max_shard_elems * 4);
 }
 
+int Placement::read_ahead_buffers(uint64_t max_shard_elems, uint64_t align_elems, uint64_t state_chunks) const {
+  if (optimizer != Tier::nvme || !optimizer_read_ahead) return 0;
+  const uint64_t per = uint64_t(read_ahead_buffers_per_chunk());
+  const uint64_t chunks = std::min(optimizer_read_ahead / chunk_bytes(max_shard_elems, align_elems) / per, state_chunks);
+  return int(std::min<uint64_t>(chunks, 1u << 20) * per);
+}
+
 }  // namespace strata

@@ -44,6 +44,9 @@ struct Placement {
   bool reshard_after_forward = true;   // false: one slot per unit, forward to backward
   int grad_accum = 1;                  // micro-batches per step (train.grad_accum)
   uint64_t optimizer_chunk = 64ull << 20;  // offload.optimizer_chunk, bytes per array
+  // offload.optimizer_read_ahead, bytes (0 when offload.overlap_optimizer is off: without the
+  // optimizer's worker nothing reads ahead).
+  uint64_t optimizer_read_ahead = 0;
 
   // The grads tier in effect: optimizer states off the device pull gradients to host memory.
   Tier grads_tier() const;
@@ -91,6 +94,13 @@ struct Placement {
   // half a chunk), 3. The pipeline holds three sets.
   int chunk_buffers_per_set() const { return state == DType::bf16 ? 3 : 4; }
   int chunk_buffers() const { return 3 * chunk_buffers_per_set(); }
+  // Buffers of one chunk of master, m and v read ahead of their update: 3; 2 with bf16 m and v.
+  int read_ahead_buffers_per_chunk() const { return state == DType::bf16 ? 2 : 3; }
+  // Staging buffers (of chunk_bytes each) for optimizer states read from NVMe ahead of their
+  // update (offload.optimizer_read_ahead): the budget rounded down to whole chunks, capped at the
+  // chunks of the largest stage's states (`state_chunks`: there is nothing more to read ahead);
+  // 0 unless the optimizer's states are on NVMe.
+  int read_ahead_buffers(uint64_t max_shard_elems, uint64_t align_elems, uint64_t state_chunks) const;
 };
 
 }  // namespace strata

@@ -17,13 +17,16 @@
 #include <fstream>
 #include <mutex>
 #include <set>
+#include <thread>
 
 #include "core/error.h"
+#include "core/size.h"
 #include "comm/comm_registry.h"
 #include "engine/model.h"
 #include "engine/plan.h"
 #include "engine/test_hooks.h"
 #include "engine/trainer.h"
+#include "tests/engine/test_util.h"
 #include "tests/support/tiny_config.h"
 
 using namespace strata;
@@ -116,7 +119,9 @@ class Placements : public testing::TestWithParam<Numerics> {};
 
 // Three orders of the optimizer off the device: overlapped into the next forward (clipping),
 // serial, and unclipped (train.grad_clip = 0: each unit updated during the backward, as soon as
-// its gradient is final), each against the all-device run with the same clipping.
+// its gradient is final), each against the all-device run with the same clipping. States on NVMe
+// also with offload.optimizer_read_ahead: two or three chunks (part of the first units), and
+// more than there is (every chunk).
 TEST_P(Placements, EveryPlacementIsBitIdenticalToAllDevice) {
   const Numerics num = GetParam();
   Config all = base(num.precision);
@@ -131,26 +136,32 @@ TEST_P(Placements, EveryPlacementIsBitIdenticalToAllDevice) {
   for (Tier params : {Tier::device, Tier::host, Tier::nvme})
     for (Tier grads : {Tier::device, Tier::host})
       for (Tier optimizer : {Tier::device, Tier::host, Tier::nvme})
-        for (Order order : {overlapped, serial, unclipped}) {
-          if (order != overlapped && optimizer == Tier::device) continue;  // nothing to overlap
-          Config c = order == unclipped ? all_unclipped : all;
-          c.offload.params = params;
-          c.offload.grads = grads;
-          c.offload.optimizer = optimizer;
-          c.offload.overlap_optimizer = order != serial;
-          if (params == Tier::nvme || optimizer == Tier::nvme) c.offload.nvme_path = {dir};
-          std::string what = std::string("params=") + name(params) + " grads=" + name(grads) +
-                             " optimizer=" + name(optimizer) +
-                             (order == serial ? " serial" : order == unclipped ? " unclipped" : "");
-          SCOPED_TRACE(what);
-          if (std::getenv("STRATA_TEST_VERBOSE")) std::fprintf(stderr, "placement %s\n", what.c_str());
-          Result r = run(c);
-          const Result& want = order == unclipped ? ref_unclipped : ref;
-          EXPECT_EQ(r.losses, want.losses) << what;
-          EXPECT_TRUE(r.weights == want.weights) << what << ": final weights differ";
-          ++combos;
-        }
-  EXPECT_EQ(combos, 18 + 12 + 12);
+        for (Order order : {overlapped, serial, unclipped})
+          for (uint64_t ahead : {uint64_t(0), uint64_t(7 * all.offload.optimizer_chunk), uint64_t(1) << 30}) {
+            if (order != overlapped && optimizer == Tier::device) continue;  // nothing to overlap
+            // Read ahead: states on NVMe, overlapped (the gradients are in host memory whatever
+            // offload.grads says, so one of the two suffices).
+            if (ahead && (optimizer != Tier::nvme || order == serial || grads != Tier::host)) continue;
+            Config c = order == unclipped ? all_unclipped : all;
+            c.offload.params = params;
+            c.offload.grads = grads;
+            c.offload.optimizer = optimizer;
+            c.offload.overlap_optimizer = order != serial;
+            c.offload.optimizer_read_ahead = ahead;
+            if (params == Tier::nvme || optimizer == Tier::nvme) c.offload.nvme_path = {dir};
+            std::string what = std::string("params=") + name(params) + " grads=" + name(grads) +
+                               " optimizer=" + name(optimizer) +
+                               (order == serial ? " serial" : order == unclipped ? " unclipped" : "") +
+                               (ahead ? str(" read_ahead=", format_bytes(ahead)) : std::string());
+            SCOPED_TRACE(what);
+            if (std::getenv("STRATA_TEST_VERBOSE")) std::fprintf(stderr, "placement %s\n", what.c_str());
+            Result r = run(c);
+            const Result& want = order == unclipped ? ref_unclipped : ref;
+            EXPECT_EQ(r.losses, want.losses) << what;
+            EXPECT_TRUE(r.weights == want.weights) << what << ": final weights differ";
+            ++combos;
+          }
+  EXPECT_EQ(combos, 18 + 12 + 12 + 3 * 2 * 2);
 }
 
 INSTANTIATE_TEST_SUITE_P(Offload, Placements,
@@ -292,8 +303,11 @@ TEST(Offload, PlanCountsWhatTheEngineAllocates) {
         c.offload.optimizer = optimizer;
         c.offload.params = optimizer == Tier::nvme ? Tier::nvme : Tier::host;
         c.offload.nvme_path = {dir};
+        // With bf16 m and v, states read ahead too (a pool of its own; ignored off NVMe).
+        c.offload.optimizer_read_ahead = states == DType::bf16 ? 5 * c.offload.optimizer_chunk : 0;
         const std::string what = str(precision_name(prec), " ", dtype_name(states), " m, v; optimizer ",
-                                     name(optimizer), ", params ", name(c.offload.params));
+                                     name(optimizer), ", params ", name(c.offload.params),
+                                     c.offload.optimizer_read_ahead ? " read ahead" : "");
         SCOPED_TRACE(what);
         PlanMachine m;
         m.device_capacity = 64ull << 30;
@@ -520,6 +534,68 @@ TEST(Offload, UnclippedUpdateLateForTheBackwardRunsIntoTheNextForward) {
     for (size_t i = 0; i < records.size(); ++i)
       EXPECT_EQ(records[i].grad_norm, serial_records[i].grad_norm) << "step " << i + 1;
   }
+}
+
+// offload.optimizer_read_ahead, clipped: during the step's last backward, before the norm is
+// known, the worker reads the states' first chunks ahead — exactly as many whole chunks as the
+// budget holds (two here), no more — and the step reports them. The hook at the end of that
+// backward waits for them (bounded), then gives a third chunk time to appear. A budget that holds
+// no whole chunk is refused, naming the key.
+TEST(Offload, ReadAheadFillsItsBudgetBeforeTheNorm) {
+  Config c = base(Precision::bf16);
+  c.offload.optimizer = Tier::nvme;
+  c.offload.params = Tier::host;
+  c.offload.nvme_path = {nvme_dir("read_ahead")};
+  c.offload.optimizer_read_ahead = 2 * 3 * c.offload.optimizer_chunk + 5;  // 6 buffers and change
+  // The first two chunks in forward order (a unit may be shorter than a chunk), 12 bytes each
+  // element: f32 master, m, v.
+  uint64_t want = 0;
+  {
+    const LlamaModel model(c.model, world().size());
+    const uint64_t chunk = c.offload.optimizer_chunk / 4;
+    int chunks = 0;
+    for (const auto& u : model.units())
+      for (uint64_t lo = 0; lo < u.layout.shard_numel() && chunks < 2; lo += chunk, ++chunks)
+        want += std::min<uint64_t>(chunk, u.layout.shard_numel() - lo) * 12;
+    ASSERT_EQ(chunks, 2);
+  }
+  std::mutex mu;
+  std::condition_variable cv;
+  uint64_t ahead = 0;
+  int reductions_of_0 = 0;
+  std::vector<uint64_t> at_norm;  // per step: the bytes read ahead when its last backward ended
+  auto hooks = std::make_shared<TestHooks>();
+  hooks->after_read_ahead = [&](int, uint64_t bytes) {
+    std::lock_guard<std::mutex> lock(mu);
+    ahead += bytes;
+    cv.notify_all();
+  };
+  hooks->after_reduce_grad = [&](int u) {
+    if (u != 0) return;
+    std::unique_lock<std::mutex> lock(mu);
+    // The first micro-batch's backward: the previous step's worker has updated every unit (this
+    // step's forward waited for each), so all it read ahead is counted; this step's starts later.
+    if (++reductions_of_0 % c.train.grad_accum != 0) {
+      ahead = 0;
+      return;
+    }
+    cv.wait_for(lock, std::chrono::seconds(30), [&] { return ahead >= want; });
+    lock.unlock();
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // a third chunk would be read by now
+    lock.lock();
+    at_norm.push_back(ahead);
+  };
+  TrainerOptions opt;
+  opt.test_hooks = hooks;
+  std::vector<StepRecord> records;
+  opt.on_step = [&](const StepRecord& r) { records.push_back(r); };
+  run(c, opt);
+  EXPECT_EQ(at_norm, std::vector<uint64_t>(size_t(c.train.steps), want));
+  ASSERT_EQ(records.size(), size_t(c.train.steps));
+  for (const StepRecord& r : records) EXPECT_GE(r.traffic.read_ahead_bytes, want) << "step " << r.step;
+
+  c.offload.optimizer_read_ahead = 3 * c.offload.optimizer_chunk - 1;
+  EXPECT_ERROR_HAS(run(c), "offload.optimizer_read_ahead", "holds no whole chunk");
 }
 
 // Serial: the error stops the step it happens in. Overlapped (offload.overlap_optimizer): step
