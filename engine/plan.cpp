@@ -142,8 +142,8 @@ MemoryPlan plan_memory(const Config& c, int dp, const PlanMachine& machine, int 
   const int ahead_buffers = read_ahead_buffers(model, pl);
   const uint64_t ahead = read_ahead_bytes(model, pl);
   if (ahead) {
-    row(Tier::host, str("NVMe optimizer read-ahead staging (", ahead_buffers / pl.read_ahead_buffers_per_chunk(),
-                        " chunks of master, m and v)"), ahead, true);
+    row(Tier::host, str("NVMe optimizer state read-ahead (", ahead_buffers / pl.read_ahead_buffers_per_chunk(), " chunks)"),
+        ahead, true);
     pools = add(pools, ahead);
   }
   if (pl.nvme_params()) {
@@ -169,7 +169,7 @@ MemoryPlan plan_memory(const Config& c, int dp, const PlanMachine& machine, int 
     uint64_t min_pools = add(add(pl.chunk_io() ? mul(uint64_t(pl.chunk_buffers()), pl.chunk_bytes(max_shard, kShardAlignElems)) : 0,
                                  ahead),
                              pl.nvme_params() ? mul(max_shard, esz) : 0);
-    p.checks.push_back({ahead ? "pinned staging per rank (one unit + offload.optimizer_read_ahead)"
+    p.checks.push_back({ahead ? "pinned staging per rank (one unit, read-ahead)"
                               : "pinned staging per rank (at least one unit)",
                         min_pools,
                         c.offload.pinned_mem_limit, "offload.pinned_mem_limit"});

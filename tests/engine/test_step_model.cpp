@@ -275,6 +275,29 @@ TEST(StepModel, UnclippedUpdatesHideBehindTheBackward) {
               clipped.forward_ms + clipped.backward_ms + clipped.optimizer_ms, 1e-9);
 }
 
+// offload.optimizer_read_ahead, clipped: the states it holds are read during the last backward
+// (which is then at least that long) instead of after the norm, where only the writes are left
+// to hide behind the forward. Off NVMe it holds nothing.
+TEST(StepModel, ReadAheadMovesStateReadsIntoTheBackward) {
+  Config c = placed(small(scratch_dir()), Tier::host, Tier::nvme);
+  MachineRates r = rates();
+  r.nvme_read_gbps = r.nvme_write_gbps = 0.05;  // an NVMe-bound optimizer
+  const StepPrediction none = predict_step(c, 1, gpu_machine(), r);
+  c.offload.optimizer_read_ahead = 1ull << 40;  // more than the states: all of them
+  const StepPrediction all = predict_step(c, 1, gpu_machine(), r);
+  // Params in host memory: every NVMe byte is the optimizer's, and no copy follows the update.
+  const double read_ms = all.bytes.nvme_read / (r.nvme_read_gbps * 1e9) * 1e3;
+  const double write_ms = all.bytes.nvme_write / (r.nvme_write_gbps * 1e9) * 1e3;
+  EXPECT_NEAR(all.backward_ms, std::max(none.backward_ms, read_ms), 1e-9 * read_ms);
+  EXPECT_NEAR(all.step_ms, all.forward_ms + all.backward_ms + std::max(0.0, write_ms - all.forward_ms),
+              1e-9 * all.step_ms);
+  EXPECT_LT(all.step_ms, none.step_ms);
+  const Config host = placed(c, Tier::host, Tier::host);
+  c.offload.optimizer_read_ahead = 0;
+  EXPECT_EQ(predict_step(host, 1, gpu_machine(), r).step_ms,
+            predict_step(placed(c, Tier::host, Tier::host), 1, gpu_machine(), r).step_ms);
+}
+
 // On the CPU device the GEMM and AdamW rates are the measured threads' and are shared: a rank
 // gets min(1 / ranks on the machine, train.threads / measured threads) of them.
 TEST(StepModel, CpuRatesFollowThreadsAndRanks) {
