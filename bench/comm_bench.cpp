@@ -100,6 +100,7 @@ nlohmann::json run_comm_bench(Communicator& world, const CommBenchOptions& o) {
   nlohmann::json rows = nlohmann::json::array();
   uint64_t total_wrong = 0;
   for (Op op : {Op::all_gather, Op::reduce_scatter, Op::all_reduce}) {
+    if (op == Op::all_reduce && !o.all_reduce) continue;
     for (uint64_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= uint64_t(o.step_factor)) {
       size_t send = 0, recv = 0;
       shape(op, bytes, n, send, recv);

@@ -23,6 +23,7 @@ struct CommBenchOptions {
   int step_factor = 4;     // sizes grow by this factor
   int warmup = 2;
   int iters = 0;           // 0: enough for ~0.2 s per size (at least 3)
+  bool all_reduce = true;  // false: all-gather and reduce-scatter only (the sweep's probe)
 };
 
 // Collective over `world`; every rank returns the same JSON.

@@ -110,15 +110,15 @@ nlohmann::json run_sweep(Communicator& world, const SweepOptions& o) {
     CommBenchOptions cb;
     cb.min_bytes = cb.max_bytes = 64ull << 20;
     cb.iters = 8;
+    cb.all_reduce = false;  // the data-parallel step runs none
     std::vector<double> rounds;
     for (int round = 0; round < 5; ++round) {
       double bytes = 0, us = 0;
       const nlohmann::json comm = run_comm_bench(world, cb);
-      for (const auto& row : comm["results"])
-        if (row["op"] == "all_gather" || row["op"] == "reduce_scatter") {
-          bytes += row["size"].get<double>();
-          us += row["time_us"].get<double>();
-        }
+      for (const auto& row : comm["results"]) {  // an all-gather and a reduce-scatter
+        bytes += row["size"].get<double>();
+        us += row["time_us"].get<double>();
+      }
       if (us > 0) rounds.push_back(bytes / (us * 1e-6) / 1e9);
     }
     rates.comm_gbps = median(rounds);

@@ -131,9 +131,12 @@ void ZeroEngine::Impl::await_eager_updates() {
   {
     std::lock_guard<std::mutex> lock(j.mu);
     if (j.released) return;
-    for (int u = 0; u < model_.num_units(); ++u) {
-      if (!j.final[size_t(u)])  // the engine's own protocol: the backward reduced every unit
+    // The engine's own protocol: the backward reduced every unit. Checked before any is claimed,
+    // so that a violation leaves no unit claimed and unsummed for the worker to wait on.
+    for (int u = 0; u < model_.num_units(); ++u)
+      if (!j.final[size_t(u)])
         protocol_violation(u, "grad_norm / optimizer_step of an unclipped step before the backward reduced this unit");
+    for (int u = 0; u < model_.num_units(); ++u) {
       if (j.normed[size_t(u)] == 0) {
         j.normed[size_t(u)] = 1;
         mine.push_back(u);
