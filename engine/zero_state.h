@@ -96,12 +96,14 @@ struct ZeroEngine::Impl {
   struct AheadChunk {
     PinnedPool::Lease buf[3];
     uint64_t read = 0, write = 0;  // swapper tickets, 0 when none
-    // Where state i (master, m, v) is staged; `half` is a chunk's bytes of m (bf16 m and v).
-    char* state(int i, bool bf16_states, size_t half) const {
-      if (bf16_states && i == 2) return static_cast<char*>(buf[1].data) + half;
-      return static_cast<char*>(buf[i].data);
-    }
   };
+  // Where state i (master, m, v) of a chunk staged in `buf` lies (a ChunkSet's or an
+  // AheadChunk's buffers): its own buffer, or — bf16 m and v — v in the second half of m's;
+  // `half` is a chunk's bytes of m.
+  static char* staged_state(const PinnedPool::Lease* buf, int i, bool bf16_states, size_t half) {
+    if (bf16_states && i == 2) return static_cast<char*>(buf[1].data) + half;
+    return static_cast<char*>(buf[i].data);
+  }
 
   // What one optimizer step applies.
   struct StepParams {

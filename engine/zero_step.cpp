@@ -375,12 +375,13 @@ bool ZeroEngine::Impl::read_ahead(StepJob& j) {
     Shard* states[3] = {&s.master, &s.m, &s.v};
     std::vector<IoRequest> reqs;
     for (int i = 0; i < 3; ++i)
-      reqs.push_back(swap_->request(IoOp::read, states[i]->key, a.state(i, bf16_states, chunk * ssz),
+      reqs.push_back(swap_->request(IoOp::read, states[i]->key, staged_state(a.buf, i, bf16_states, chunk * ssz),
                                     cnt * state_bytes[i], lo * state_bytes[i]));
     a.read = swapper_->submit(std::move(reqs));
-    read_ahead_bytes_ += cnt * (4 + 2 * ssz);
+    const uint64_t bytes = cnt * (state_bytes[0] + state_bytes[1] + state_bytes[2]);
+    read_ahead_bytes_ += bytes;
     ++in_flight;
-    if (opt_.test_hooks && opt_.test_hooks->after_read_ahead) opt_.test_hooks->after_read_ahead(u, cnt * (4 + 2 * ssz));
+    if (opt_.test_hooks && opt_.test_hooks->after_read_ahead) opt_.test_hooks->after_read_ahead(u, bytes);
   }
 }
 
@@ -575,10 +576,7 @@ void ZeroEngine::Impl::step_unit_chunked(int u, const StepParams& p, StepJob* ga
       if (!set.buf[i] && !(bf16_states && i == 2)) set.buf[i] = chunk_pool_->acquire();
   };
   // Where state i of a chunk is staged (NVMe): its own buffer, or v in the second half of m's.
-  auto staged = [&](ChunkSet& set, int i) -> char* {
-    if (bf16_states && i == 2) return static_cast<char*>(set.buf[1].data) + chunk * ssz;
-    return static_cast<char*>(set.buf[i].data);
-  };
+  auto staged = [&](ChunkSet& set, int i) { return staged_state(set.buf, i, bf16_states, chunk * ssz); };
   auto issue_read = [&](size_t k, ChunkSet& set) {
     if (!opt_nvme || k < n_ahead) return;
     acquire_set(set);
@@ -608,7 +606,7 @@ void ZeroEngine::Impl::step_unit_chunked(int u, const StepParams& p, StepJob* ga
     const size_t lo = k * chunk, cnt = std::min(chunk, n - lo);
     char* ptr[3];  // element lo of master, m, v (staged or in memory)
     for (int i = 0; i < 3; ++i)
-      ptr[i] = pre        ? pre->state(i, bf16_states, chunk * ssz)
+      ptr[i] = pre        ? staged_state(pre->buf, i, bf16_states, chunk * ssz)
                : opt_nvme ? staged(set, i)
                           : states[i]->ptr<char>() + lo * state_bytes[i];
     float* master = reinterpret_cast<float*>(ptr[0]);
