@@ -80,7 +80,9 @@ void ZeroEngine::Impl::fetch_param(int u) {
   if (src.tier != Tier::nvme || s.gather != GatherState::idle) return;
   await_update(u);  // an overlapped optimizer step writes it first
   s.fetch_lease = param_pool_->acquire();
-  s.fetch_ticket = swapper_->submit({swap_->request(IoOp::read, src.key, s.fetch_lease.data, src.bytes)});
+  // Urgent: a pass waits on it, while the optimizer's state reads and writes may be queued.
+  s.fetch_ticket = swapper_->submit({swap_->request(IoOp::read, src.key, s.fetch_lease.data, src.bytes)},
+                                    IoLane::urgent);
   s.gather = GatherState::fetching;
 }
 

@@ -146,6 +146,10 @@ struct ZeroEngine::Impl {
     // update has begun (nothing more is read ahead for it then), the next unit to read ahead and
     // the read-ahead buffers not leased.
     std::vector<std::vector<AheadChunk>> ahead;
+    // The worker's own: read-ahead chunks of units already published whose state writes may
+    // still be in flight (write-behind) — their buffers return to the pool as each write ends
+    // (reap_behind), so the next unit's update does not wait for the last one's writes.
+    std::vector<AheadChunk> behind;
     std::vector<char> started;
     int ahead_unit = 0;
     int ahead_free = 0;
@@ -212,6 +216,8 @@ struct ZeroEngine::Impl {
   bool wait_reading_ahead(StepJob& job, std::unique_lock<std::mutex>& lock, double limit_s, Pred pred);
   // A read-ahead chunk's buffers back to ahead_pool_ (its tickets waited for).
   void release_ahead(StepJob& job, AheadChunk& a);
+  // In the worker: every chunk of job.behind whose write has ended goes back to the pool (no wait).
+  void reap_behind(StepJob& job);
   // The worker's end, also on error: waits for every read-ahead ticket still held (errors
   // dropped: the worker's first error is the one reported) and returns the buffers.
   void drain_ahead(StepJob& job) noexcept;

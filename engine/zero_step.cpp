@@ -352,6 +352,7 @@ bool ZeroEngine::Impl::read_ahead(StepJob& j) {
   const size_t chunk = ahead_pool_->buffer_bytes() / 4;  // elements: step_unit_chunked's chunks
   const size_t ssz = place_.state_elem_bytes();
   const size_t state_bytes[3] = {4, ssz, ssz};
+  reap_behind(j);
   int in_flight = 0;
   for (auto& chunks : j.ahead)
     for (AheadChunk& a : chunks) in_flight += a.read && !swapper_->done(a.read);
@@ -414,7 +415,21 @@ void ZeroEngine::Impl::release_ahead(StepJob& j, AheadChunk& a) {
     }
 }
 
+void ZeroEngine::Impl::reap_behind(StepJob& j) {
+  size_t kept = 0;
+  for (AheadChunk& a : j.behind) {
+    if (a.write && !swapper_->done(a.write)) {
+      if (&j.behind[kept] != &a) j.behind[kept] = std::move(a);
+      ++kept;
+      continue;
+    }
+    release_ahead(j, a);  // its write has ended: the wait returns at once (and reports its error)
+  }
+  j.behind.resize(kept);
+}
+
 void ZeroEngine::Impl::drain_ahead(StepJob& j) noexcept {
+  j.ahead.push_back(std::exchange(j.behind, {}));  // drained with the rest (the worker's end)
   for (auto& chunks : j.ahead) {
     for (AheadChunk& a : chunks) {
       for (uint64_t* t : {&a.read, &a.write}) {
@@ -638,14 +653,26 @@ void ZeroEngine::Impl::step_unit_chunked(int u, const StepParams& p, StepJob* ga
     }
     // The compute copy first, in a job of its own: the next pass waits for it, not for the states.
     if (param_nvme)
-      set.param_write = swapper_->submit({swap_->request(IoOp::write, s.param.key, set.buf[3].data, cnt * esz, lo * esz)});
+      set.param_write = swapper_->submit({swap_->request(IoOp::write, s.param.key, set.buf[3].data, cnt * esz, lo * esz)},
+                                         IoLane::urgent);
     if (opt_nvme) {
       std::vector<IoRequest> reqs;
       for (int i = 0; i < 3; ++i)
         reqs.push_back(swap_->request(IoOp::write, states[i]->key, ptr[i], cnt * state_bytes[i],
                                       lo * state_bytes[i]));
-      (pre ? pre->write : set.write) = swapper_->submit(std::move(reqs));
+      // A read-ahead chunk's write-back waits in the bulk lane (state reads go first: nothing
+      // waits for it but the buffer); the pipeline's own writes stay normal, its next chunk but
+      // one reuses their buffers.
+      if (pre) pre->write = swapper_->submit(std::move(reqs), IoLane::bulk);
+      else set.write = swapper_->submit(std::move(reqs));
     }
+    if (pre && separate_param) {
+      // Write-behind: the unit is published without waiting for its states' writes, so the
+      // chunk's buffers go back to the pool as its write ends, whatever unit the worker is on —
+      // and as they do, later units' states are read into them.
+      gate->behind.push_back(std::exchange(*pre, {}));
+    }
+    if (gate) read_ahead(*gate);
   }
   for (auto& set : sets) {
     if (set.param_write) swapper_->wait(std::exchange(set.param_write, 0));

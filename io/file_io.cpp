@@ -120,7 +120,7 @@ struct FileIO::State {
   std::vector<OpenFile> files;
   std::vector<Job> jobs;
   std::vector<uint32_t> free_jobs;
-  std::deque<uint32_t> to_split;  // jobs with bytes not yet cut into chunks
+  std::deque<uint32_t> to_split[kIoLanes];  // per lane: jobs with bytes not yet cut into chunks
   std::vector<Slot> slots;
   std::vector<uint32_t> free_slots;
   std::vector<uint32_t> resubmit;  // slots whose rest goes out on the next pump
@@ -345,7 +345,7 @@ void FileIO::validate(std::span<const IoRequest> requests) const {
   }
 }
 
-void FileIO::submit(std::span<const IoRequest> requests) {
+void FileIO::submit(std::span<const IoRequest> requests, IoLane lane) {
   State& st = *state_;
   validate(requests);
   for (const IoRequest& r : requests) {
@@ -358,7 +358,7 @@ void FileIO::submit(std::span<const IoRequest> requests) {
       st.jobs.emplace_back();
     }
     st.jobs[j] = Job{r, 0, 0, false, false, true};
-    st.to_split.push_back(j);
+    st.to_split[int(lane)].push_back(j);
     ++pending_requests_;
     ++stats_.requests;
   }
@@ -379,8 +379,12 @@ void FileIO::pump() {
   };
   for (uint32_t id : st.resubmit) st.batch.push_back(raw(id));
   st.resubmit.clear();
-  while (!st.free_slots.empty() && !st.to_split.empty()) {
-    uint32_t j = st.to_split.front();
+  for (;;) {
+    int lane = 0;
+    while (lane < kIoLanes && st.to_split[lane].empty()) ++lane;
+    if (st.free_slots.empty() || lane == kIoLanes) break;
+    std::deque<uint32_t>& queue = st.to_split[lane];
+    uint32_t j = queue.front();
     Job& job = st.jobs[j];
     const OpenFile& f = st.files[job.request.file];
     uint64_t logical = job.request.offset + job.cursor;
@@ -416,7 +420,7 @@ void FileIO::pump() {
     st.slots[id] = s;
     job.cursor += len;
     ++job.chunks_out;
-    if (job.cursor == job.request.length) st.to_split.pop_front();
+    if (job.cursor == job.request.length) queue.pop_front();
     ++stats_.chunks;
     if (trace_enabled()) {
       st.busy_chunks++;
@@ -710,7 +714,7 @@ void FileIO::record_failure(uint64_t id, int err) {
     st.free_jobs.push_back(j);
     --pending_requests_;
   }
-  st.to_split.clear();
+  for (auto& queue : st.to_split) queue.clear();
   std::string what = std::move(st.fail_what);
   what += str(" (", st.fail_in_flight, " other chunks in flight were drained first; ",
               st.failed_requests, " request(s) failed, ", abandoned, " abandoned)");

@@ -86,6 +86,11 @@ struct IoRequest {
   uint64_t tag = 0;      // returned in the completion
 };
 
+// Which queue a request waits in before it is cut into chunks (FileIO::submit): urgent first,
+// then normal, then bulk.
+enum class IoLane { urgent, normal, bulk };
+inline constexpr int kIoLanes = 3;
+
 struct IoCompletion {
   uint64_t tag = 0;
   uint64_t bytes = 0;
@@ -136,7 +141,11 @@ class FileIO {
 
   // Throws what submit() would throw for these requests, and does nothing else.
   void validate(std::span<const IoRequest> requests) const;
-  void submit(std::span<const IoRequest> requests);
+  // lane: requests are cut into chunks lane by lane — every urgent one before any normal one,
+  // every normal one before any bulk one; in submission order within a lane. Chunks already
+  // handed to the backend are not preempted. (For transfers a pass waits on, queued beside
+  // traffic nothing waits on yet.)
+  void submit(std::span<const IoRequest> requests, IoLane lane = IoLane::normal);
   void submit(const IoRequest& request) { submit(std::span<const IoRequest>(&request, 1)); }
   // Blocks until at least `min_completions` requests completed (fewer if fewer are pending) and
   // appends them to `out`; returns how many were appended. wait(0, out) only polls.

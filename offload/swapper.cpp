@@ -68,12 +68,13 @@ Swapper::~Swapper() {
   }
 }
 
-Swapper::Ticket Swapper::submit(std::vector<IoRequest> requests) {
+Swapper::Ticket Swapper::submit(std::vector<IoRequest> requests, IoLane lane) {
   // On the caller's thread, so that a bad request throws here rather than failing the worker.
   io_.validate(requests);
   Job job;
   for (auto& r : requests) (r.op == IoOp::read ? job.read_bytes : job.write_bytes) += r.length;
   job.remaining = requests.size();
+  job.lane = lane;
   job.requests = std::move(requests);
   job.submitted = Clock::now();
   job.submitted_us = trace_enabled() ? trace_now_us() : 0;
@@ -210,7 +211,7 @@ std::string Swapper::describe(Ticket t, const Job& job) const {
 
 void Swapper::run() {
   std::vector<IoCompletion> completions;
-  std::vector<IoRequest> batch;
+  std::vector<IoRequest> batch[kIoLanes];
   for (;;) {
     try {
       {
@@ -221,10 +222,11 @@ void Swapper::run() {
           return stop_ || !queued_.empty() || (io_.pending() > 0 && !error_);
         });
         if (queued_.empty() && (io_.pending() == 0 || error_)) return;  // stop_, nothing left
-        batch.clear();
+        for (auto& b : batch) b.clear();
         for (Ticket t : queued_) {
           const Job& j = jobs_.at(t);
-          batch.insert(batch.end(), j.requests.begin(), j.requests.end());
+          std::vector<IoRequest>& to = batch[int(j.lane)];
+          to.insert(to.end(), j.requests.begin(), j.requests.end());
         }
         queued_.clear();
       }
@@ -232,7 +234,8 @@ void Swapper::run() {
       completions.clear();
       std::exception_ptr io_error;
       try {
-        if (!batch.empty()) io_.submit(batch);
+        for (int l = 0; l < kIoLanes; ++l)
+          if (!batch[l].empty()) io_.submit(batch[l], IoLane(l));
         if (io_.pending() > 0) io_.wait(1, completions);
       } catch (...) {
         io_error = std::current_exception();  // FileIO drained first; `completions` are real

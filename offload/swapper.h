@@ -58,7 +58,10 @@ class Swapper {
   Swapper(const Swapper&) = delete;
   Swapper& operator=(const Swapper&) = delete;
 
-  Ticket submit(std::vector<IoRequest> requests);  // throws for invalid requests, or if failed
+  // Throws for invalid requests, or if failed. lane: FileIO::submit's — a job's bytes go to the
+  // disk before those of every job of a later lane not yet started (the engine: a unit's compute
+  // copy urgent, optimizer state reads normal, their write-backs bulk).
+  Ticket submit(std::vector<IoRequest> requests, IoLane lane = IoLane::normal);
   void wait(Ticket ticket);
   void wait_all();
   bool done(Ticket ticket);  // never blocks; true once complete (it still needs its wait)
@@ -81,6 +84,7 @@ class Swapper {
     Clock::time_point submitted;
     int64_t submitted_us = 0;  // for the trace: one span per job, submit to completion
     bool failed = false;       // the swapper failed before it completed
+    IoLane lane = IoLane::normal;
   };
   void run();
   void finish(const std::vector<IoCompletion>& completions);  // with mu_ held

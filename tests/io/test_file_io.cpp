@@ -92,6 +92,34 @@ TEST_P(FileIOTest, QueuesPastTheDepthAndDeliversEachCompletionOnce) {
   EXPECT_EQ(check_pattern(in.data(), n * len, 7, 0), -1);
 }
 
+// Lanes: with one slot, chunks go out one at a time, so requests complete in the order they
+// are cut. A bulk request's first chunk is in flight already when the others arrive; the rest of
+// it waits behind every normal and urgent request, and the urgent ones go before the normal,
+// each lane in submission order.
+TEST_P(FileIOTest, UrgentThenNormalThenBulkAndInOrderWithinALane) {
+  MAKE_OR_SKIP(io, 1, 64 * KiB);
+  std::string dir = test::fresh_work_dir();
+  int f = io->open(FileSpec{{dir + "/lanes.bin"}});
+  const uint64_t len = 64 * KiB;
+  AlignedBuffer buf(8 * len);
+  fill_pattern(buf.data(), 8 * len, 3, 0);
+  io->run(std::vector<IoRequest>{{IoOp::write, f, 0, buf.data(), 8 * len, 1}});
+  auto req = [&](int i, uint64_t n, uint64_t tag) {
+    return IoRequest{IoOp::read, f, i * len, buf.data() + i * len, n * len, tag};
+  };
+  std::vector<IoCompletion> done;
+  io->submit(std::vector<IoRequest>{req(0, 3, 10)}, IoLane::bulk);  // 3 chunks: the first goes out now
+  io->submit(std::vector<IoRequest>{req(3, 1, 20), req(4, 1, 21)});  // normal
+  io->submit(std::vector<IoRequest>{req(5, 1, 30)}, IoLane::urgent);
+  io->submit(std::vector<IoRequest>{req(6, 1, 22)}, IoLane::normal);
+  io->submit(std::vector<IoRequest>{req(7, 1, 31)}, IoLane::urgent);
+  while (io->pending()) io->wait(1, done);
+  std::vector<uint64_t> order;
+  for (const IoCompletion& c : done) order.push_back(c.tag);
+  EXPECT_EQ(order, (std::vector<uint64_t>{30, 31, 20, 21, 22, 10}));
+  EXPECT_EQ(check_pattern(buf.data(), 8 * len, 3, 0), -1);
+}
+
 TEST_P(FileIOTest, PollingWithWaitZeroMakesProgress) {
   MAKE_OR_SKIP(io);
   std::string dir = test::fresh_work_dir();
