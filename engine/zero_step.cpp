@@ -660,11 +660,12 @@ void ZeroEngine::Impl::step_unit_chunked(int u, const StepParams& p, StepJob* ga
       for (int i = 0; i < 3; ++i)
         reqs.push_back(swap_->request(IoOp::write, states[i]->key, ptr[i], cnt * state_bytes[i],
                                       lo * state_bytes[i]));
-      // A read-ahead chunk's write-back waits in the bulk lane (state reads go first: nothing
-      // waits for it but the buffer); the pipeline's own writes stay normal, its next chunk but
-      // one reuses their buffers.
-      if (pre) pre->write = swapper_->submit(std::move(reqs), IoLane::bulk);
-      else set.write = swapper_->submit(std::move(reqs));
+      // A read-ahead chunk's write-back trails (below) in the bulk lane: state reads go first,
+      // nothing waits for it but the buffer. The pipeline's own writes stay normal (its next
+      // chunk but one reuses their buffers), and so does every write when the master is the
+      // compute copy (the unit is published only once its states are written).
+      if (pre && separate_param) pre->write = swapper_->submit(std::move(reqs), IoLane::bulk);
+      else (pre ? pre->write : set.write) = swapper_->submit(std::move(reqs));
     }
     if (pre && separate_param) {
       // Write-behind: the unit is published without waiting for its states' writes, so the
