@@ -429,8 +429,7 @@ void ZeroEngine::Impl::reap_behind(StepJob& j) {
 }
 
 void ZeroEngine::Impl::drain_ahead(StepJob& j) noexcept {
-  j.ahead.push_back(std::exchange(j.behind, {}));  // drained with the rest (the worker's end)
-  for (auto& chunks : j.ahead) {
+  auto drain = [&](std::vector<AheadChunk>& chunks) {
     for (AheadChunk& a : chunks) {
       for (uint64_t* t : {&a.read, &a.write}) {
         if (!*t) continue;
@@ -446,7 +445,9 @@ void ZeroEngine::Impl::drain_ahead(StepJob& j) noexcept {
       }
     }
     chunks.clear();
-  }
+  };
+  for (auto& chunks : j.ahead) drain(chunks);
+  drain(j.behind);  // write-backs still trailing
 }
 
 void ZeroEngine::Impl::await_go(StepJob& j, int u) {
@@ -607,6 +608,7 @@ void ZeroEngine::Impl::step_unit_chunked(int u, const StepParams& p, StepJob* ga
   for (size_t k = 0; k < nchunks; ++k) {
     ChunkSet& set = sets[k % 3];
     AheadChunk* pre = k < n_ahead ? &(*ahead)[k] : nullptr;
+    const bool trails = pre && separate_param;  // its write-back trails the unit (write-behind)
     if (k + 1 < nchunks) issue_read(k + 1, sets[(k + 1) % 3]);
     if (pre) {
       if (param_nvme) acquire_set(set);  // for the compute copy's buffer
@@ -664,10 +666,9 @@ void ZeroEngine::Impl::step_unit_chunked(int u, const StepParams& p, StepJob* ga
       // nothing waits for it but the buffer. The pipeline's own writes stay normal (its next
       // chunk but one reuses their buffers), and so does every write when the master is the
       // compute copy (the unit is published only once its states are written).
-      if (pre && separate_param) pre->write = swapper_->submit(std::move(reqs), IoLane::bulk);
-      else (pre ? pre->write : set.write) = swapper_->submit(std::move(reqs));
+      (pre ? pre->write : set.write) = swapper_->submit(std::move(reqs), trails ? IoLane::bulk : IoLane::normal);
     }
-    if (pre && separate_param) {
+    if (trails) {
       // Write-behind: the unit is published without waiting for its states' writes, so the
       // chunk's buffers go back to the pool as its write ends, whatever unit the worker is on —
       // and as they do, later units' states are read into them.
