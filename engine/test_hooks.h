@@ -42,6 +42,9 @@ struct TestHooks {
   // Called on the engine's thread once reduce_grad(u) has enqueued unit u's gradient reduction
   // (every backward pass; an unclipped step's update of u may start from then on).
   std::function<void(int unit)> after_reduce_grad;
+  // Called on the engine's thread when a pass has acquired unit u's parameters, about to
+  // return them to the compute of u.
+  std::function<void(int unit)> after_acquire;
   // Called on an overlapped step's worker thread each time it submits the NVMe read of one chunk
   // of unit's optimizer states ahead of their update (offload.optimizer_read_ahead), with the
   // chunk's bytes (master, m and v).

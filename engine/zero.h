@@ -147,13 +147,16 @@ class ZeroEngine {
   //
   // Overlap (ZeroOptions::overlap_optimizer with the optimizer's states in host memory or on
   // NVMe): the call returns at once and a thread of the engine steps the units in forward order
-  // (unit 0 first), zeroing each unit's gradient after its update. The next pass's prefetch(u),
-  // acquire(u) or begin_pass() reading unit u waits (bounded by parallel.timeout) for unit u's
-  // update only, so the update of unit u+1 runs while unit u computes. Every other call that
-  // reads or writes states (grad_norm, zero_grads, the weights and checkpoint calls below) waits
-  // for the whole step first; finish_step() does so explicitly. The numbers are those of the
-  // serial order: the same operations on the same values, each unit's update complete before
-  // anything reads it. Without overlap the call returns once every unit is stepped.
+  // (unit 0 first), zeroing each unit's gradient after its update. The next pass's acquire(u)
+  // waits (bounded by parallel.timeout) for unit u's update only, so the update of unit u+1 runs
+  // while unit u computes: the NVMe reads ahead (offload.prefetch, begin_pass) skip a unit whose
+  // update is pending, and so does prefetch(u) with one rank; across ranks prefetch(u) waits for
+  // u's update (its gather is a collective, issued by every rank at the same point). Every other
+  // call that reads or writes states (grad_norm, zero_grads, the weights and checkpoint calls
+  // below) waits for the whole step first; finish_step() does so explicitly. The numbers are
+  // those of the serial order: the same operations on the same values, each unit's update
+  // complete before anything reads it. Without overlap the call returns once every unit is
+  // stepped.
   //
   // prepare_step() (optional, overlap only): the gradients are about to become final — call it
   // before the last backward pass of the step. The thread starts now and reads unit 0's states

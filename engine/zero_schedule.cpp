@@ -69,7 +69,8 @@ void ZeroEngine::Impl::begin_pass(const std::vector<int>& order) {
   order_ = order;
   if (!param_pool_) return;
   const int ahead = std::min(opt_.nvme_prefetch, param_pool_->count() - 1);
-  for (int k = 0; k < ahead && k < int(order_.size()); ++k) fetch_param(order_[size_t(k)]);
+  for (int k = 0; k < ahead && k < int(order_.size()); ++k)
+    if (!update_pending(order_[size_t(k)])) fetch_param(order_[size_t(k)]);
 }
 
 // idle → fetching: lease a staging buffer and start the NVMe read of unit u's compute copy.
@@ -87,10 +88,16 @@ void ZeroEngine::Impl::fetch_param(int u) {
 }
 
 // idle | fetching → gathered: own a slot and enqueue the gather into it on the comm stream.
-void ZeroEngine::Impl::prefetch(int u) {
+// A hint leaves a unit whose update is pending alone when its gather is a copy (one rank):
+// waiting here would hold back the compute of the unit before it. Across ranks the gather is a
+// collective, which every rank must issue at the same point of its program whatever its worker's
+// pace (a later collective of another group, tensor-parallel, could otherwise wait on it in a
+// cycle), so there the hint waits as acquire does.
+void ZeroEngine::Impl::prefetch(int u, bool hint) {
   if (direct_params() || u < 0 || u >= model_.num_units()) return;
   Unit& s = units_[size_t(u)];
   if (s.gather == GatherState::gathered || s.gather == GatherState::held) return;
+  if (hint && dp_.size() == 1 && update_pending(u)) return;
   await_update(u);  // an overlapped optimizer step writes the compute copy first
   const Shard& ps = param_shard(s);
   // The NVMe read must be issued before the slot is owned: a ticket is consumed only once
@@ -151,12 +158,13 @@ const float* ZeroEngine::Impl::acquire(int u) {
     const int ahead = std::min(opt_.nvme_prefetch, param_pool_->count() - 1);
     auto it = std::find(order_.begin(), order_.end(), u);
     for (int k = 1; k <= ahead && it != order_.end() && it + k < order_.end(); ++k)
-      fetch_param(*(it + k));
+      if (!update_pending(*(it + k))) fetch_param(*(it + k));  // never waits for a later update
   }
   Unit& s = units_[size_t(u)];
   watchdog_set_unit(model_.unit(u).name);
   if (direct_params()) {
     await_update(u);
+    if (opt_.test_hooks && opt_.test_hooks->after_acquire) opt_.test_hooks->after_acquire(u);
     return param_shard(s).ptr<float>();
   }
   if (s.gather == GatherState::idle || s.gather == GatherState::fetching) prefetch(u);
@@ -165,6 +173,7 @@ const float* ZeroEngine::Impl::acquire(int u) {
   Slot& sl = param_slots_[size_t(s.slot)];
   if (s.gather == GatherState::gathered) compute_.wait(*sl.ready);
   s.gather = GatherState::held;
+  if (opt_.test_hooks && opt_.test_hooks->after_acquire) opt_.test_hooks->after_acquire(u);
   return sl.full.as<float>();
 }
 
@@ -245,7 +254,7 @@ void ZeroEngine::Impl::check_quiescent(const char* op) const {
 // ---- engine/zero.h: the public calls of this file, forwarded to Impl ----------------------------
 
 void ZeroEngine::begin_pass(const std::vector<int>& order) { impl_->begin_pass(order); }
-void ZeroEngine::prefetch(int u) { impl_->prefetch(u); }
+void ZeroEngine::prefetch(int u) { impl_->prefetch(u, /*hint=*/true); }
 const float* ZeroEngine::acquire(int u) { return impl_->acquire(u); }
 void ZeroEngine::release(int u) { impl_->release(u); }
 float* ZeroEngine::acquire_grad(int u) { return impl_->acquire_grad(u); }

@@ -181,7 +181,9 @@ struct ZeroEngine::Impl {
   // engine/zero_schedule.cpp: the gather protocol (engine/zero.h's schedule contract).
   void begin_pass(const std::vector<int>& order);
   void fetch_param(int u);      // start the NVMe read of unit u's compute copy
-  void prefetch(int u);
+  // hint: a look-ahead (ZeroEngine::prefetch), which returns at once where unit u's update is
+  // pending and gathering it needs no collective; acquire's own gather is never a hint.
+  void prefetch(int u, bool hint = false);
   const float* acquire(int u);
   void release(int u);
   float* acquire_grad(int u);
@@ -251,6 +253,10 @@ struct ZeroEngine::Impl {
   // The engine's thread, before a pass reads unit u's compute copy: waits for u's update when a
   // started step has not reached it (bounded; the step's error is rethrown).
   void await_update(int u);
+  // Whether await_update(u) would wait now: an overlapped step under way has yet to publish u.
+  // A look-ahead (the NVMe read of a later unit, a hinted prefetch) skips such a unit, so that
+  // a pass waits for the update of the unit it computes alone; its acquire fetches it.
+  bool update_pending(int u);
   // Waits for a started step; a prepared one that never started is abandoned. Rethrows the
   // step's error. settle_step() waits only for a started step (a prepared one reads, never
   // writes, so reading states beside it is safe).

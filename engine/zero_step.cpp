@@ -496,6 +496,15 @@ void ZeroEngine::Impl::await_update(int u) {
   }
 }
 
+bool ZeroEngine::Impl::update_pending(int u) {
+  if (!job_) return false;
+  StepJob& j = *job_;
+  std::lock_guard<std::mutex> lock(j.mu);
+  // As await_update; a worker that stopped without updating u is not pending: its error is
+  // reported by the await_update that follows.
+  return j.go && !(j.eager && !j.released) && !j.updated[size_t(u)] && !j.finished;
+}
+
 void ZeroEngine::Impl::finish_step() {
   if (!job_) return;
   std::unique_ptr<StepJob> j = std::move(job_);
