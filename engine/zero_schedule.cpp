@@ -69,17 +69,18 @@ void ZeroEngine::Impl::begin_pass(const std::vector<int>& order) {
   order_ = order;
   if (!param_pool_) return;
   const int ahead = std::min(opt_.nvme_prefetch, param_pool_->count() - 1);
-  for (int k = 0; k < ahead && k < int(order_.size()); ++k)
-    if (!update_pending(order_[size_t(k)])) fetch_param(order_[size_t(k)]);
+  for (int k = 0; k < ahead && k < int(order_.size()); ++k) fetch_param(order_[size_t(k)]);
 }
 
 // idle → fetching: lease a staging buffer and start the NVMe read of unit u's compute copy.
-// A no-op for units whose compute copy is not on NVMe, or that are fetching or gathered already.
+// A no-op for units whose compute copy is not on NVMe, that are fetching or gathered already, or
+// whose overlapped update is pending: a read ahead never waits for a later unit's update (the
+// unit's own prefetch or acquire waits for it, then reads).
 void ZeroEngine::Impl::fetch_param(int u) {
   Unit& s = units_[size_t(u)];
   const Shard& src = param_shard(s);
-  if (src.tier != Tier::nvme || s.gather != GatherState::idle) return;
-  await_update(u);  // an overlapped optimizer step writes it first
+  if (src.tier != Tier::nvme || s.gather != GatherState::idle || update_pending(u)) return;
+  await_update(u);  // does not wait now; rethrows the error of a worker that stopped short
   s.fetch_lease = param_pool_->acquire();
   // Urgent: a pass waits on it, while the optimizer's state reads and writes may be queued.
   s.fetch_ticket = swapper_->submit({swap_->request(IoOp::read, src.key, s.fetch_lease.data, src.bytes)},
@@ -158,7 +159,7 @@ const float* ZeroEngine::Impl::acquire(int u) {
     const int ahead = std::min(opt_.nvme_prefetch, param_pool_->count() - 1);
     auto it = std::find(order_.begin(), order_.end(), u);
     for (int k = 1; k <= ahead && it != order_.end() && it + k < order_.end(); ++k)
-      if (!update_pending(*(it + k))) fetch_param(*(it + k));  // never waits for a later update
+      fetch_param(*(it + k));
   }
   Unit& s = units_[size_t(u)];
   watchdog_set_unit(model_.unit(u).name);

@@ -180,7 +180,7 @@ struct ZeroEngine::Impl {
 
   // engine/zero_schedule.cpp: the gather protocol (engine/zero.h's schedule contract).
   void begin_pass(const std::vector<int>& order);
-  void fetch_param(int u);      // start the NVMe read of unit u's compute copy
+  void fetch_param(int u);      // start the NVMe read of unit u's compute copy (never waits)
   // hint: a look-ahead (ZeroEngine::prefetch), which returns at once where unit u's update is
   // pending and gathering it needs no collective; acquire's own gather is never a hint.
   void prefetch(int u, bool hint = false);
@@ -254,8 +254,8 @@ struct ZeroEngine::Impl {
   // started step has not reached it (bounded; the step's error is rethrown).
   void await_update(int u);
   // Whether await_update(u) would wait now: an overlapped step under way has yet to publish u.
-  // A look-ahead (the NVMe read of a later unit, a hinted prefetch) skips such a unit, so that
-  // a pass waits for the update of the unit it computes alone; its acquire fetches it.
+  // A look-ahead (fetch_param, a hinted prefetch) skips such a unit, so that a pass waits for
+  // the update of the unit it computes alone; its acquire fetches it.
   bool update_pending(int u);
   // Waits for a started step; a prepared one that never started is abandoned. Rethrows the
   // step's error. settle_step() waits only for a started step (a prepared one reads, never

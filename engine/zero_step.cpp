@@ -675,7 +675,8 @@ void ZeroEngine::Impl::step_unit_chunked(int u, const StepParams& p, StepJob* ga
       // nothing waits for it but the buffer. The pipeline's own writes stay normal (its next
       // chunk but one reuses their buffers), and so does every write when the master is the
       // compute copy (the unit is published only once its states are written).
-      (pre ? pre->write : set.write) = swapper_->submit(std::move(reqs), trails ? IoLane::bulk : IoLane::normal);
+      (pre ? pre->write : set.write) =
+          swapper_->submit(std::move(reqs), trails ? IoLane::bulk : IoLane::normal);
     }
     if (trails) {
       // Write-behind: the unit is published without waiting for its states' writes, so the
