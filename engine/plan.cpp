@@ -147,20 +147,16 @@ MemoryPlan plan_memory(const Config& c, int dp, const PlanMachine& machine, int 
     pools = add(pools, ahead);
   }
   if (pl.nvme_params()) {
-    // As engine/zero.cpp allocates them (the check below reports a read-ahead pool over budget).
-    const uint64_t shard_bytes = Placement::staging_buffer_bytes(mul(max_shard, esz));
-    const bool worker = c.offload.overlap_optimizer && pl.optimizer != Tier::device;
-    const Placement::ParamStaging ps =
-        Placement::param_staging(c.offload.prefetch, worker, mul(max_shard, esz), c.offload.pinned_mem_limit, pools);
-    const uint64_t b = mul(uint64_t(ps.read_ahead), shard_bytes);
-    row(Tier::host, str("NVMe parameter read-ahead staging (", ps.read_ahead, " shards)"), b, true);
-    pools = add(pools, b);
-    if (ps.handoff) {
-      const uint64_t h = mul(uint64_t(ps.handoff), shard_bytes);
-      row(Tier::host, str("NVMe compute copy hand-off (", ps.handoff, " shards)"), h,
-          true);
-      pools = add(pools, h);
+    const uint64_t shard_bytes = mul(max_shard, esz);
+    uint64_t want = mul(uint64_t(c.offload.prefetch) + 1, shard_bytes);
+    uint64_t b = want;
+    if (c.offload.pinned_mem_limit) {
+      uint64_t left = c.offload.pinned_mem_limit > pools ? c.offload.pinned_mem_limit - pools : 0;
+      b = std::min(want, left / shard_bytes * shard_bytes);
+      b = std::max(b, shard_bytes);  // at least one (the check below reports the shortfall)
     }
+    row(Tier::host, str("NVMe parameter read-ahead staging (", b / shard_bytes, " shards)"), b, true);
+    pools = add(pools, b);
   }
 
   // Checks.

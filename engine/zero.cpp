@@ -268,19 +268,21 @@ ZeroEngine::Impl::Impl(const LlamaModel& model, Device& device, Communicator& dp
     ahead_pool_ = std::make_unique<PinnedPool>(device, ahead_need, chunk_bytes, ahead_buffers,
                                                "optimizer read-ahead", opt_.timeout_s);
   if (nvme_params) {
-    const Placement::ParamStaging ps = Placement::param_staging(
-        opt_.nvme_prefetch, overlapped_step(), shard * esz, opt_.pinned_mem_limit, chunk_need + ahead_need);
-    param_pool_ = std::make_unique<PinnedPool>(device, 0, shard * esz, ps.read_ahead, "parameter",
+    uint64_t budget = 0;
+    if (opt_.pinned_mem_limit) {
+      const uint64_t taken = chunk_need + ahead_need;
+      budget = opt_.pinned_mem_limit > taken ? opt_.pinned_mem_limit - taken : 0;
+      budget = std::min<uint64_t>(budget, uint64_t(opt_.nvme_prefetch + 1) * shard * esz);
+    }
+    param_pool_ = std::make_unique<PinnedPool>(device, budget, shard * esz,
+                                               budget ? 1 : opt_.nvme_prefetch + 1, "parameter",
                                                opt_.timeout_s);
-    if (ps.handoff)
-      handoff_pool_ = std::make_unique<PinnedPool>(device, 0, shard * esz, ps.handoff,
-                                                   "compute copy hand-off", opt_.timeout_s);
   }
   // The pools feed the NVMe queue: register them with it once (io_uring fixed buffers). The
   // swapper unregisters them when it stops, before the pools are freed (members' order).
   if (swapper_) {
     std::vector<std::span<std::byte>> staging;
-    for (const PinnedPool* pool : {chunk_pool_.get(), ahead_pool_.get(), param_pool_.get(), handoff_pool_.get()})
+    for (const PinnedPool* pool : {chunk_pool_.get(), ahead_pool_.get(), param_pool_.get()})
       if (pool) staging.push_back(pool->memory());
     if (!staging.empty()) swapper_->register_buffers(staging);
   }
@@ -411,7 +413,6 @@ ZeroMemory ZeroEngine::Impl::memory() const {
   for (const auto& sl : param_slots_) m.gathered_bytes += sl.full.bytes() + sl.full16.bytes() + sl.shard.bytes();
   for (const auto& sl : grad_slots_) m.gathered_bytes += sl.full.bytes();
   if (param_pool_) m.pinned_bytes += param_pool_->bytes();
-  if (handoff_pool_) m.pinned_bytes += handoff_pool_->bytes();
   if (chunk_pool_) m.pinned_bytes += chunk_pool_->bytes();
   if (ahead_pool_) m.pinned_bytes += ahead_pool_->bytes();
   return m;

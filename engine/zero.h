@@ -108,8 +108,6 @@ struct ZeroTraffic {
   double update_wait_ms = 0;     // passes waited for an overlapped optimizer step's updates
   uint64_t read_ahead_bytes = 0; // optimizer states whose NVMe read was submitted ahead of their
                                  // update (offload.optimizer_read_ahead; in nvme_read_bytes too)
-  uint64_t handoff_bytes = 0;    // compute copy a gather took from the optimizer's hand-off
-                                 // instead of reading it back from NVMe (not in nvme_read_bytes)
 };
 
 class ZeroEngine {

@@ -241,7 +241,6 @@ void ZeroEngine::Impl::start_job(bool eager, const StepParams* params) {
   j.ahead.resize(size_t(model_.num_units()));
   j.started.assign(size_t(model_.num_units()), 0);
   j.ahead_free = ahead_pool_ ? ahead_pool_->count() : 0;
-  if (handoff_pool_) j.handoff.resize(size_t(model_.num_units()));
   if (eager) {  // given before the worker exists: it reads them without the lock
     j.eager = j.go = true;
     j.params = *params;
@@ -521,11 +520,6 @@ void ZeroEngine::Impl::finish_step() {
   // The worker's every wait is bounded (the swapper's, the pool's, await_go, next_eager_unit), so
   // this join is.
   j->worker.join();
-  {  // hand-offs no gather took (a unit the next passes skipped, or an error stopped them)
-    std::lock_guard<std::mutex> lock(handoff_mu_);
-    for (PinnedPool::Lease& l : j->handoff)
-      if (l) handoff_pool_->release(std::exchange(l, {}));
-  }
   if (started && j->error) std::rethrow_exception(j->error);
 }
 
@@ -578,23 +572,6 @@ void ZeroEngine::Impl::step_unit_chunked(int u, const StepParams& p, StepJob* ga
   // Its first chunks read ahead by the worker (read_ahead): updated and written back from there.
   std::vector<AheadChunk>* ahead = gate ? &gate->ahead[size_t(u)] : nullptr;
   const size_t n_ahead = ahead ? ahead->size() : 0;
-  // A step's worker refreshes an NVMe compute copy into a hand-off buffer when one is free: the
-  // next forward's gather takes it from there instead of reading the shard back (it is written
-  // all the same, for the backward and every later reader). Returned to the pool here unless
-  // handed over — after `drain` below has waited for its writes.
-  struct HandOff {
-    Impl& e;
-    PinnedPool::Lease lease;
-    ~HandOff() {
-      if (!lease) return;
-      std::lock_guard<std::mutex> lock(e.handoff_mu_);
-      e.handoff_pool_->release(std::exchange(lease, {}));
-    }
-  } hand{*this, {}};
-  if (param_nvme && gate && handoff_pool_) {
-    std::lock_guard<std::mutex> lock(handoff_mu_);
-    hand.lease = handoff_pool_->try_acquire();
-  }
 
   ChunkSet sets[3];
   // However this returns, no NVMe read or write may still target a chunk buffer once the buffer
@@ -662,7 +639,7 @@ void ZeroEngine::Impl::step_unit_chunked(int u, const StepParams& p, StepJob* ga
     void* param_out = nullptr;  // where the refreshed compute copy of this chunk goes
     const bool param_staged = separate_param && !param_nvme && param_stage_;  // device, unaddressable
     if (separate_param)
-      param_out = param_nvme     ? (hand.lease ? static_cast<char*>(hand.lease.data) + lo * esz : set.buf[3].data)
+      param_out = param_nvme     ? set.buf[3].data
                   : param_staged ? param_stage_.data()
                                  : static_cast<void*>(s.param.ptr<char>() + lo * esz);
     const float* g = s.grad.ptr<float>() + lo;
@@ -687,7 +664,7 @@ void ZeroEngine::Impl::step_unit_chunked(int u, const StepParams& p, StepJob* ga
     }
     // The compute copy first, in a job of its own: the next pass waits for it, not for the states.
     if (param_nvme)
-      set.param_write = swapper_->submit({swap_->request(IoOp::write, s.param.key, param_out, cnt * esz, lo * esz)},
+      set.param_write = swapper_->submit({swap_->request(IoOp::write, s.param.key, set.buf[3].data, cnt * esz, lo * esz)},
                                          IoLane::urgent);
     if (opt_nvme) {
       std::vector<IoRequest> reqs;
@@ -718,10 +695,6 @@ void ZeroEngine::Impl::step_unit_chunked(int u, const StepParams& p, StepJob* ga
       if ((*ahead)[k].write) swapper_->wait(std::exchange((*ahead)[k].write, 0));
   // The compute copy holds the new values: a step's worker publishes the unit now, while the
   // states' last writes drain (every reader of the states waits for the whole step).
-  if (hand.lease) {
-    std::lock_guard<std::mutex> lock(gate->mu);
-    gate->handoff[size_t(u)] = std::exchange(hand.lease, {});
-  }
   if (gate) publish_update(*gate, u);
   for (auto& set : sets)
     if (set.write) swapper_->wait(std::exchange(set.write, 0));

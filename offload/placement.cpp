@@ -112,21 +112,4 @@ int Placement::read_ahead_buffers(uint64_t max_shard_elems, uint64_t align_elems
   return int(std::min<uint64_t>(chunks, 1u << 20) * per);
 }
 
-Placement::ParamStaging Placement::param_staging(int nvme_prefetch, bool worker, uint64_t shard_bytes,
-                                                uint64_t pinned_limit, uint64_t taken) {
-  const uint64_t b = staging_buffer_bytes(shard_bytes);
-  const int want = std::max(nvme_prefetch, 0) + 1;
-  ParamStaging s;
-  if (!pinned_limit) {
-    s.read_ahead = want;
-    s.handoff = worker ? want : 0;
-    return s;
-  }
-  const uint64_t left = pinned_limit > taken ? pinned_limit - taken : 0;
-  s.read_ahead = int(std::clamp<uint64_t>(left / b, 1, uint64_t(want)));
-  const uint64_t rest = left > uint64_t(s.read_ahead) * b ? left - uint64_t(s.read_ahead) * b : 0;
-  s.handoff = worker ? int(std::min<uint64_t>(rest / b, uint64_t(want))) : 0;
-  return s;
-}
-
 }  // namespace strata

@@ -101,21 +101,6 @@ struct Placement {
   // chunks of the largest stage's states (`state_chunks`: there is nothing more to read ahead);
   // 0 unless the optimizer's states are on NVMe.
   int read_ahead_buffers(uint64_t max_shard_elems, uint64_t align_elems, uint64_t state_chunks) const;
-
-  // Pinned buffers of one compute-copy shard each (`shard_bytes`, rounded up to 4 KiB), when the
-  // compute copy lives on NVMe: `read_ahead` for the reads of the units ahead of a pass
-  // (offload.prefetch + 1; at least one), and `handoff` ones in which the optimizer's worker
-  // leaves a unit's refreshed compute copy for the next forward's gather, which then reads
-  // nothing from NVMe (as many, after the read-ahead ones; none without the worker, `worker`
-  // false). Both within what `pinned_limit` leaves after `taken` bytes of the other pools (0: no
-  // limit); `read_ahead` may exceed it by the one buffer a pass needs (a check reports that).
-  struct ParamStaging {
-    int read_ahead = 0;
-    int handoff = 0;
-  };
-  static ParamStaging param_staging(int nvme_prefetch, bool worker, uint64_t shard_bytes,
-                                    uint64_t pinned_limit, uint64_t taken);
-  static uint64_t staging_buffer_bytes(uint64_t bytes) { return (bytes + 4095) / 4096 * 4096; }
 };
 
 }  // namespace strata

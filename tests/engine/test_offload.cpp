@@ -593,50 +593,6 @@ TEST(Offload, NextForwardWaitsOnlyForTheUnitItComputes) {
   }
 }
 
-// Clipped and overlapped, with the compute copy on NVMe: the worker leaves each refreshed
-// compute copy it has a free hand-off buffer for in memory, and the next forward's gather takes
-// it there instead of reading the shard back: every step after the first takes some and reads
-// exactly those bytes less from NVMe than the serial order's step, and the numbers are the
-// serial order's.
-TEST(Offload, RefreshedComputeCopyIsHandedToTheNextForward) {
-  Result serial;
-  std::vector<StepRecord> serial_records;
-  for (bool overlap : {false, true}) {
-    SCOPED_TRACE(overlap ? "overlapped" : "serial optimizer");
-    Config c = base(Precision::bf16);
-    ASSERT_GT(c.train.grad_clip, 0.0);
-    c.offload.optimizer = Tier::nvme;
-    c.offload.params = Tier::nvme;
-    c.offload.nvme_path = {nvme_dir("handoff")};
-    c.offload.prefetch = 2;
-    c.offload.overlap_optimizer = overlap;
-    uint64_t shard_bytes = UINT64_MAX;  // the smallest unit's compute-copy shard (bf16)
-    for (const auto& u : LlamaModel(c.model, world().size()).units())
-      shard_bytes = std::min<uint64_t>(shard_bytes, u.layout.shard_numel() * 2);
-    std::vector<StepRecord> records;
-    TrainerOptions opt;
-    opt.on_step = [&](const StepRecord& r) { records.push_back(r); };
-    const Result r = run(c, opt);
-    ASSERT_EQ(records.size(), size_t(c.train.steps));
-    if (!overlap) {
-      for (const StepRecord& rec : records) EXPECT_EQ(rec.traffic.handoff_bytes, 0u);
-      serial = r;
-      serial_records = records;
-      continue;
-    }
-    // Step 1's record has no optimizer reads (its update runs in step 2's); from step 2 on each
-    // record holds one forward, one backward and one update, as a serial step does.
-    EXPECT_EQ(records[0].traffic.handoff_bytes, 0u);  // nothing was updated before it
-    for (size_t i = 1; i < records.size(); ++i) {
-      EXPECT_GE(records[i].traffic.handoff_bytes, shard_bytes) << "step " << i + 1;
-      EXPECT_EQ(records[i].traffic.nvme_read_bytes + records[i].traffic.handoff_bytes,
-                serial_records[i].traffic.nvme_read_bytes) << "step " << i + 1;
-    }
-    EXPECT_EQ(r.losses, serial.losses);
-    EXPECT_TRUE(r.weights == serial.weights) << "final weights differ";
-  }
-}
-
 // offload.optimizer_read_ahead, clipped: during the step's last backward, before the norm is
 // known, the worker reads the states' first chunks ahead — exactly as many whole chunks as the
 // budget holds (two here), no more — and the step reports them. The hook at the end of that

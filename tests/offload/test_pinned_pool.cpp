@@ -2,8 +2,7 @@
 // handed out again only once the stream it was returned on has passed the release; a stream
 // that never gets there makes acquire() throw after the timeout, naming the pool, and the
 // destructor end; leasing more than the pool holds is an immediate Error; the slab is one
-// huge-page mapping (or says why not), pinned through the device and unpinned at the end;
-// try_acquire takes only a buffer free now.
+// huge-page mapping (or says why not), pinned through the device and unpinned at the end.
 #include <chrono>
 #include <future>
 #include <vector>
@@ -95,24 +94,6 @@ TEST(PinnedPool, LeasingMoreThanThePoolHoldsIsAnImmediateError) {
     }
   });
   pool.release(a);
-  pool.release(b);
-}
-
-// try_acquire never waits: an empty lease while every buffer is leased or still in use by the
-// stream it was returned on, the buffer once that stream has passed the release.
-TEST(PinnedPool, TryAcquireTakesOnlyABufferFreeNow) {
-  auto dev = make_device(DeviceKind::cpu);
-  GatedStream gated(*dev);
-  PinnedPool pool(*dev, 0, 4096, 1, "test hand-off", 600);
-  PinnedPool::Lease a = pool.try_acquire();
-  ASSERT_TRUE(a);
-  EXPECT_FALSE(pool.try_acquire());  // leased
-  pool.release(a, gated.stream.get());
-  EXPECT_FALSE(within(5, [&] { return pool.try_acquire(); }));  // returned, still in use
-  gated.open();
-  gated.stream->synchronize();
-  PinnedPool::Lease b = pool.try_acquire();
-  EXPECT_EQ(b.data, a.data);
   pool.release(b);
 }
 

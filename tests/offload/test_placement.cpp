@@ -112,23 +112,3 @@ TEST(SlotClasses, RandomModelsAreCoveredAndNeverLarger) {
     if (HasFailure()) return;
   }
 }
-
-// The compute copy's pinned shards on NVMe: without a limit, offload.prefetch + 1 for the reads
-// ahead and as many hand-offs when the optimizer's worker runs; under a limit, what is left after
-// the other pools in whole 4 KiB-rounded shards, the read-ahead first (at least one) and the
-// hand-offs from the rest, never more than without a limit.
-TEST(ParamStaging, ReadAheadFirstThenHandOffsWithinThePinnedBudget) {
-  const uint64_t shard = 10000, b = 12288;  // rounded up to whole 4 KiB pages
-  auto eq = [](Placement::ParamStaging s, int read_ahead, int handoff) {
-    return s.read_ahead == read_ahead && s.handoff == handoff;
-  };
-  EXPECT_TRUE(eq(Placement::param_staging(2, true, shard, 0, 0), 3, 3));
-  EXPECT_TRUE(eq(Placement::param_staging(2, false, shard, 0, 0), 3, 0));
-  EXPECT_TRUE(eq(Placement::param_staging(0, true, shard, 0, 0), 1, 1));
-  EXPECT_TRUE(eq(Placement::param_staging(2, true, shard, 1000 + 3 * b, 1000), 3, 0));
-  EXPECT_TRUE(eq(Placement::param_staging(2, true, shard, 1000 + 3 * b - 1, 1000), 2, 0));
-  EXPECT_TRUE(eq(Placement::param_staging(2, true, shard, 1000 + 5 * b + 7, 1000), 3, 2));
-  EXPECT_TRUE(eq(Placement::param_staging(2, true, shard, 1000 + 100 * b, 1000), 3, 3));
-  EXPECT_TRUE(eq(Placement::param_staging(2, false, shard, 1000 + 100 * b, 1000), 3, 0));
-  EXPECT_TRUE(eq(Placement::param_staging(2, true, shard, 500, 1000), 1, 0));  // short: a check reports it
-}
