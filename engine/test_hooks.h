@@ -1,6 +1,7 @@
 // engine/test_hooks.h — hooks for tests: I/O faults injected beneath the NVMe swap and the
 // checkpoint files, a callback at each phase of a checkpoint save, before each step, before
-// each unit's optimizer update and after each gradient reduction, and a forced CPU AdamW path.
+// each unit's optimizer update, after each gradient reduction, acquire and computed forward, and
+// a forced CPU AdamW path.
 // Tests and apps/strata's STRATA_FAULT (tests/cli) include this header and hand a TestHooks to
 // TrainerOptions::test_hooks, the one entry point; the trainer passes it on to the ZeRO engine
 // and the checkpoint writer.
@@ -45,6 +46,9 @@ struct TestHooks {
   // Called on the engine's thread when a pass has acquired unit u's parameters, about to
   // return them to the compute of u.
   std::function<void(int unit)> after_acquire;
+  // Called on the compute stream (its thread on the CPU device) once unit u's forward has run
+  // there — the point the device reaches, not the point the engine's thread enqueued it.
+  std::function<void(int unit)> after_forward;
   // Called on an overlapped step's worker thread each time it submits the NVMe read of one chunk
   // of unit's optimizer states ahead of their update (offload.optimizer_read_ahead), with the
   // chunk's bytes (master, m and v).

@@ -375,8 +375,12 @@ struct Trainer::Impl {
     const int ahead = std::min(cfg.zero.prefetch, U);
     for (int u = 0; u < U; ++u) {
       const float* p = zero->acquire(u);
-      for (int k = 1; k <= ahead; ++k) zero->prefetch(u + k);
       runner->forward(*compute, u, p, emb);
+      if (opt.test_hooks && opt.test_hooks->after_forward)
+        compute->host_task("test hook", [hooks = opt.test_hooks, u] { hooks->after_forward(u); });
+      // The look-ahead after the compute is enqueued: what it waits for on the host (an NVMe
+      // read, the update of unit u+1 after an overlapped step) then overlaps unit u's forward.
+      for (int k = 1; k <= ahead; ++k) zero->prefetch(u + k);
       if (!keep && !(tied && u == 0)) zero->release(u);
     }
   }
@@ -395,12 +399,12 @@ struct Trainer::Impl {
     const int ahead = std::min(cfg.zero.prefetch, U);
     for (int u = U - 1; u >= 0; --u) {
       const float* p = zero->acquire(u);
-      for (int k = 1; k <= ahead; ++k) zero->prefetch(u - k);
       float* g = zero->acquire_grad(u);
       // Tied embeddings: the head's backward also accumulates into unit 0's gradient, which
       // stays held until unit 0's own backward has run and it is reduced like any other.
       if (tied && u == U - 1) emb_grad = zero->acquire_grad(0);
       runner->backward(*compute, u, p, g, dloss, emb, emb_grad);
+      for (int k = 1; k <= ahead; ++k) zero->prefetch(u - k);  // as in forward_all
       if (release) zero->release(u);
       zero->reduce_grad(u);
     }

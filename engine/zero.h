@@ -129,7 +129,7 @@ class ZeroEngine {
 
   // ---- the schedule (engine/zero_schedule.cpp) ----
   void begin_pass(const std::vector<int>& order);  // the units' order in the coming pass
-  void prefetch(int u);                  // start gathering unit u (no-op when already gathered)
+  void prefetch(int u);                  // start gathering unit u ahead (a hint; see the step)
   const float* acquire(int u);           // gathered f32 parameters; compute waits for them
   void release(int u);                   // compute is done with unit u's gathered parameters
   float* acquire_grad(int u);            // full f32 gradient buffer of unit u for backward
@@ -150,8 +150,10 @@ class ZeroEngine {
   // (unit 0 first), zeroing each unit's gradient after its update. The next pass's acquire(u)
   // waits (bounded by parallel.timeout) for unit u's update only, so the update of unit u+1 runs
   // while unit u computes: the NVMe reads ahead (offload.prefetch, begin_pass) skip a unit whose
-  // update is pending, and so does prefetch(u) with one rank; across ranks prefetch(u) waits for
-  // u's update (its gather is a collective, issued by every rank at the same point). Every other
+  // update is pending, and prefetch(v) — called once the compute of the unit before is enqueued —
+  // waits for v's update only when v is the unit the pass acquires next; any other unit whose
+  // update no pass has waited for yet it leaves to its acquire (a rule of the program's position,
+  // not the worker's pace: across ranks the gather is a collective). Every other
   // call that reads or writes states (grad_norm, zero_grads, the weights and checkpoint calls
   // below) waits for the whole step first; finish_step() does so explicitly. The numbers are
   // those of the serial order: the same operations on the same values, each unit's update

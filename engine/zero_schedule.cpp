@@ -67,6 +67,7 @@ void ZeroEngine::Impl::begin_pass(const std::vector<int>& order) {
     if (units_[size_t(u)].gather == GatherState::gathered)
       protocol_violation(u, "a new pass begins while this unit is gathered but was never acquired");
   order_ = order;
+  acquired_at_ = -1;
   if (!param_pool_) return;
   const int ahead = std::min(opt_.nvme_prefetch, param_pool_->count() - 1);
   for (int k = 0; k < ahead && k < int(order_.size()); ++k) fetch_param(order_[size_t(k)]);
@@ -75,12 +76,13 @@ void ZeroEngine::Impl::begin_pass(const std::vector<int>& order) {
 // idle → fetching: lease a staging buffer and start the NVMe read of unit u's compute copy.
 // A no-op for units whose compute copy is not on NVMe, that are fetching or gathered already, or
 // whose overlapped update is pending: a read ahead never waits for a later unit's update (the
-// unit's own prefetch or acquire waits for it, then reads).
+// unit's own prefetch or acquire waits for it, then reads). A worker that stopped short of u
+// leaves it not pending: what is read then is never used, the await_update before u's gather
+// rethrows the worker's error.
 void ZeroEngine::Impl::fetch_param(int u) {
   Unit& s = units_[size_t(u)];
   const Shard& src = param_shard(s);
   if (src.tier != Tier::nvme || s.gather != GatherState::idle || update_pending(u)) return;
-  await_update(u);  // does not wait now; rethrows the error of a worker that stopped short
   s.fetch_lease = param_pool_->acquire();
   // Urgent: a pass waits on it, while the optimizer's state reads and writes may be queued.
   s.fetch_ticket = swapper_->submit({swap_->request(IoOp::read, src.key, s.fetch_lease.data, src.bytes)},
@@ -89,16 +91,22 @@ void ZeroEngine::Impl::fetch_param(int u) {
 }
 
 // idle | fetching → gathered: own a slot and enqueue the gather into it on the comm stream.
-// A hint leaves a unit whose update is pending alone when its gather is a copy (one rank):
-// waiting here would hold back the compute of the unit before it. Across ranks the gather is a
-// collective, which every rank must issue at the same point of its program whatever its worker's
-// pace (a later collective of another group, tensor-parallel, could otherwise wait on it in a
-// cycle), so there the hint waits as acquire does.
+// A hint (the trainer's look-ahead, called once the compute of the unit before has been
+// enqueued) waits for u's update only when u is the unit the pass acquires next — the update the
+// next compute needs anyway — and leaves any other unit whose update has not been waited for
+// alone (its acquire, or a later hint, gathers it): waiting for it would hold back the compute of
+// the units before it. The rule depends on the program's position, not on the worker's pace,
+// because the gather is a collective across ranks, which every rank must issue at the same point
+// of its program (a rank that skipped it while another did not would reorder it against the
+// collectives of other groups, tensor-parallel, that could then wait on each other in a cycle).
 void ZeroEngine::Impl::prefetch(int u, bool hint) {
   if (direct_params() || u < 0 || u >= model_.num_units()) return;
   Unit& s = units_[size_t(u)];
   if (s.gather == GatherState::gathered || s.gather == GatherState::held) return;
-  if (hint && dp_.size() == 1 && update_pending(u)) return;
+  if (hint && update_outstanding(u)) {
+    const size_t next = size_t(acquired_at_ + 1);
+    if (next >= order_.size() || order_[next] != u) return;
+  }
   await_update(u);  // an overlapped optimizer step writes the compute copy first
   const Shard& ps = param_shard(s);
   // The NVMe read must be issued before the slot is owned: a ticket is consumed only once
@@ -155,9 +163,10 @@ const float* ZeroEngine::Impl::acquire(int u) {
   checked_unit(u, "acquire");
   // Read ahead on NVMe along the pass order, as far as the staging pool allows (unit u's own
   // buffer may still be leased until its gather is enqueued, hence count() - 1).
-  if (param_pool_ && !order_.empty()) {
+  const auto it = std::find(order_.begin(), order_.end(), u);
+  if (it != order_.end()) acquired_at_ = int(it - order_.begin());
+  if (param_pool_) {
     const int ahead = std::min(opt_.nvme_prefetch, param_pool_->count() - 1);
-    auto it = std::find(order_.begin(), order_.end(), u);
     for (int k = 1; k <= ahead && it != order_.end() && it + k < order_.end(); ++k)
       fetch_param(*(it + k));
   }

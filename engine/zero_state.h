@@ -154,6 +154,10 @@ struct ZeroEngine::Impl {
     int ahead_unit = 0;
     int ahead_free = 0;
     bool released = false;     // eager: every unit's squares are summed
+    // The engine's thread: a pass has waited for unit u's update (its acquire, or a prefetch
+    // that did not skip it) — set in program order, so the same on every rank whatever the
+    // worker's pace (a hinted prefetch decides by it whether to issue a collective).
+    std::vector<char> awaited;
     std::exception_ptr error;
     std::thread worker;
   };
@@ -181,8 +185,9 @@ struct ZeroEngine::Impl {
   // engine/zero_schedule.cpp: the gather protocol (engine/zero.h's schedule contract).
   void begin_pass(const std::vector<int>& order);
   void fetch_param(int u);      // start the NVMe read of unit u's compute copy (never waits)
-  // hint: a look-ahead (ZeroEngine::prefetch), which returns at once where unit u's update is
-  // pending and gathering it needs no collective; acquire's own gather is never a hint.
+  // hint: a look-ahead (ZeroEngine::prefetch), which leaves unit u alone while its update may be
+  // outstanding (update_outstanding) unless u is the unit the pass acquires next; acquire's own
+  // gather is never a hint.
   void prefetch(int u, bool hint = false);
   const float* acquire(int u);
   void release(int u);
@@ -257,6 +262,10 @@ struct ZeroEngine::Impl {
   // A look-ahead (fetch_param, a hinted prefetch) skips such a unit, so that a pass waits for
   // the update of the unit it computes alone; its acquire fetches it.
   bool update_pending(int u);
+  // Whether a started step's update of unit u has not been waited for by a pass yet (acquire, or
+  // a prefetch that gathered u). Unlike update_pending it does not depend on the worker's pace:
+  // every rank answers alike at the same point of its program.
+  bool update_outstanding(int u);
   // Waits for a started step; a prepared one that never started is abandoned. Rethrows the
   // step's error. settle_step() waits only for a started step (a prepared one reads, never
   // writes, so reading states beside it is safe).
@@ -307,6 +316,7 @@ struct ZeroEngine::Impl {
   Buffer norm_parts_;     // one double per range (device)
   Buffer norm_host_;      // the same on the host
   std::vector<int> order_;  // the current pass's unit order
+  int acquired_at_ = -1;    // the index in order_ of the unit the pass acquired last
   // NVMe tier
   std::unique_ptr<FileIO> io_;
   std::unique_ptr<SwapSpace> swap_;

@@ -238,6 +238,7 @@ void ZeroEngine::Impl::start_job(bool eager, const StepParams* params) {
   job_ = std::make_unique<StepJob>();
   StepJob& j = *job_;
   j.updated.assign(size_t(model_.num_units()), 0);
+  j.awaited.assign(size_t(model_.num_units()), 0);
   j.ahead.resize(size_t(model_.num_units()));
   j.started.assign(size_t(model_.num_units()), 0);
   j.ahead_free = ahead_pool_ ? ahead_pool_->count() : 0;
@@ -476,7 +477,9 @@ void ZeroEngine::Impl::await_update(int u) {
   std::unique_lock<std::mutex> lock(j.mu);
   // Prepared only: nothing changes before go. Eager, not released: the backward in flight reads
   // a unit only before its gradient is final.
-  if (!j.go || (j.eager && !j.released) || j.updated[size_t(u)]) return;
+  if (!j.go || (j.eager && !j.released)) return;
+  j.awaited[size_t(u)] = 1;  // the engine's thread alone writes it, in program order
+  if (j.updated[size_t(u)]) return;
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t tr0 = trace_enabled() ? trace_now_us() : 0;
   {
@@ -503,6 +506,14 @@ bool ZeroEngine::Impl::update_pending(int u) {
   // As await_update; a worker that stopped without updating u is not pending: its error is
   // reported by the await_update that follows.
   return j.go && !(j.eager && !j.released) && !j.updated[size_t(u)] && !j.finished;
+}
+
+bool ZeroEngine::Impl::update_outstanding(int u) {
+  if (!job_) return false;
+  StepJob& j = *job_;
+  // go, released and awaited are set by this thread (optimizer_step, grad_norm, await_update).
+  std::lock_guard<std::mutex> lock(j.mu);
+  return j.go && !(j.eager && !j.released) && !j.awaited[size_t(u)];
 }
 
 void ZeroEngine::Impl::finish_step() {

@@ -538,58 +538,61 @@ TEST(Offload, UnclippedUpdateLateForTheBackwardRunsIntoTheNextForward) {
 
 // Clipped and overlapped, with the compute copy on NVMe read two units ahead: the next step's
 // forward computes unit u while the update of unit u+1 (and later) is still running — neither
-// the NVMe reads ahead nor prefetch(u+1) wait for it. The hook holds the last block's update
-// until the next step has acquired the block before it (bounded: were a look-ahead to wait for
-// the held update, that acquire would never come and the hook would wait out its 20 s). The
-// numbers are the serial order's.
+// the NVMe reads ahead nor the look-ahead gathers (zero.prefetch 1 and 2) wait for it, with one
+// rank or several. The hook holds the last block's update until the next step's forward of the
+// block before it has run on the compute stream (bounded: were a look-ahead to wait for the held
+// update before that forward was enqueued, it would never run and the hook would wait out its
+// 20 s). The numbers are the serial order's.
 TEST(Offload, NextForwardWaitsOnlyForTheUnitItComputes) {
-  Result serial;
-  for (bool overlap : {false, true}) {
-    SCOPED_TRACE(overlap ? "overlapped" : "serial optimizer");
-    Config c = base(Precision::bf16);
-    ASSERT_GT(c.train.grad_clip, 0.0);
-    c.offload.optimizer = Tier::nvme;
-    c.offload.params = Tier::nvme;
-    c.offload.nvme_path = {nvme_dir("forward_waits")};
-    c.offload.prefetch = 2;
-    // One rank: prefetch(u+1) is a hint that skips a pending update; across ranks it waits (its
-    // gather is a collective), so only the NVMe reads ahead are checked there.
-    c.zero.prefetch = world().size() == 1 ? 1 : 0;
-    c.offload.overlap_optimizer = overlap;
-    const int held = LlamaModel(c.model, world().size()).num_units() - 2;  // the last block
-    ASSERT_GE(held, 2);
-    std::mutex mu;
-    std::condition_variable cv;
-    int64_t begun = 0, updates = 0, acquired_before = 0;  // the step that last acquired held − 1
-    std::vector<bool> in_time;  // per held update but the last: the next step acquired held − 1
-    auto hooks = std::make_shared<TestHooks>();
-    hooks->before_step = [&](int64_t step) {
-      std::lock_guard<std::mutex> lock(mu);
-      begun = step;
-    };
-    hooks->after_acquire = [&](int u) {
-      if (u != held - 1) return;
-      std::lock_guard<std::mutex> lock(mu);
-      acquired_before = begun;
-      cv.notify_all();
-    };
-    hooks->before_unit_update = [&](int u) {
-      if (u != held || !overlap) return;
-      std::unique_lock<std::mutex> lock(mu);
-      if (++updates < c.train.steps)  // no step follows the last
-        in_time.push_back(
-            cv.wait_for(lock, std::chrono::seconds(20), [&] { return acquired_before > updates; }));
-    };
-    TrainerOptions opt;
-    opt.test_hooks = hooks;
-    const Result r = run(c, opt);
-    if (!overlap) {
-      serial = r;
-      continue;
+  for (int zero_prefetch : {1, 2}) {
+    Result serial;
+    for (bool overlap : {false, true}) {
+      SCOPED_TRACE(str("zero.prefetch ", zero_prefetch,
+                       overlap ? ", overlapped" : ", serial optimizer"));
+      Config c = base(Precision::bf16);
+      ASSERT_GT(c.train.grad_clip, 0.0);
+      c.offload.optimizer = Tier::nvme;
+      c.offload.params = Tier::nvme;
+      c.offload.nvme_path = {nvme_dir("forward_waits")};
+      c.offload.prefetch = 2;
+      c.zero.prefetch = zero_prefetch;
+      c.offload.overlap_optimizer = overlap;
+      const int held = LlamaModel(c.model, world().size()).num_units() - 2;  // the last block
+      ASSERT_GE(held, 2);
+      std::mutex mu;
+      std::condition_variable cv;
+      int64_t begun = 0, updates = 0, computed_before = 0;  // the step that last computed held − 1
+      std::vector<bool> in_time;  // per held update but the last: the next step computed held − 1
+      auto hooks = std::make_shared<TestHooks>();
+      hooks->before_step = [&](int64_t step) {
+        std::lock_guard<std::mutex> lock(mu);
+        begun = step;
+      };
+      hooks->after_forward = [&](int u) {
+        if (u != held - 1) return;
+        std::lock_guard<std::mutex> lock(mu);
+        computed_before = begun;
+        cv.notify_all();
+      };
+      hooks->before_unit_update = [&](int u) {
+        if (u != held || !overlap) return;
+        std::unique_lock<std::mutex> lock(mu);
+        if (++updates < c.train.steps)  // no step follows the last
+          in_time.push_back(
+              cv.wait_for(lock, std::chrono::seconds(20),
+                          [&] { return computed_before > updates; }));
+      };
+      TrainerOptions opt;
+      opt.test_hooks = hooks;
+      const Result r = run(c, opt);
+      if (!overlap) {
+        serial = r;
+        continue;
+      }
+      EXPECT_EQ(in_time, std::vector<bool>(size_t(c.train.steps - 1), true));
+      EXPECT_EQ(r.losses, serial.losses);
+      EXPECT_TRUE(r.weights == serial.weights) << "final weights differ";
     }
-    EXPECT_EQ(in_time, std::vector<bool>(size_t(c.train.steps - 1), true));
-    EXPECT_EQ(r.losses, serial.losses);
-    EXPECT_TRUE(r.weights == serial.weights) << "final weights differ";
   }
 }
 
