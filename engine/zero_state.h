@@ -259,8 +259,9 @@ struct ZeroEngine::Impl {
   // started step has not reached it (bounded; the step's error is rethrown).
   void await_update(int u);
   // Whether await_update(u) would wait now: an overlapped step under way has yet to publish u.
-  // A look-ahead (fetch_param, a hinted prefetch) skips such a unit, so that a pass waits for
-  // the update of the unit it computes alone; its acquire fetches it.
+  // The NVMe read-ahead (fetch_param) skips such a unit, so that a pass waits for the update of
+  // the unit it computes alone; its acquire fetches it. (A hinted prefetch decides by
+  // update_outstanding, below: its gather is a collective across ranks.)
   bool update_pending(int u);
   // Whether a started step's update of unit u has not been waited for by a pass yet (acquire, or
   // a prefetch that gathered u). Unlike update_pending it does not depend on the worker's pace:
