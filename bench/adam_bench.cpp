@@ -36,6 +36,8 @@ namespace {
 constexpr const char* kWhere = "bench::adam";
 constexpr size_t kHugePage = size_t{2} << 20;
 constexpr double kBytesStep = 28, kBytesFused = 30, kBytesUnfused = 42;
+// A loss-scale unscale times a clip factor, in the fused step.
+constexpr float kFusedScale = 0.5f;
 
 // n elements in memory aligned to 2 MiB and advised to use transparent huge pages (fewer TLB
 // misses over gigabytes of streaming). Not touched here: the first touch is the caller's.
@@ -140,52 +142,86 @@ size_t validate(AdamIsa isa, size_t n, const AdamWHyper& h, float scale) {
   return wrong;
 }
 
-}  // namespace
+// The options checked, the memory `numel` needs, and the chosen ISA validated against the
+// scalar reference: no wrong kernel is timed.
+struct Setup {
+  AdamIsa isa;
+  AdamWHyper h;
+  size_t validate_n;
+};
 
-nlohmann::json run_adam_bench(const AdamBenchOptions& o) {
+Setup checked_setup(const AdamBenchOptions& o) {
   if (o.numel == 0) fail(kWhere, "--numel must be > 0");
   if (o.repeats < 1) fail(kWhere, str("--repeats must be >= 1: ", o.repeats));
   if (o.threads < 0) fail(kWhere, str("--threads must be >= 0: ", o.threads));
-  std::optional<tbb::global_control> limit;
-  if (o.threads > 0) limit.emplace(tbb::global_control::max_allowed_parallelism, o.threads);
-  const AdamIsa isa =
-      o.isa == "auto" ? adamw_active_isa() : adamw_choose_isa(o.isa, cpu_features());
-  const size_t n = o.numel;
-  const uint64_t state_bytes = uint64_t(n) * 18;  // θ g m v in f32 and the bf16 copy
+  Setup s;
+  s.isa = o.isa == "auto" ? adamw_active_isa() : adamw_choose_isa(o.isa, cpu_features());
+  const uint64_t state_bytes = uint64_t(o.numel) * 18;  // θ g m v in f32 and the bf16 copy
   if (state_bytes + (uint64_t{1} << 30) > available_memory_bytes())
     fail(kWhere,
-         str("--numel ", n, " needs ", format_bytes(state_bytes), " but only ",
+         str("--numel ", o.numel, " needs ", format_bytes(state_bytes), " but only ",
              format_bytes(available_memory_bytes()), " is available"),
          "pass a smaller --numel");
-
-  AdamWHyper h;
-  h.lr = 1e-3f;
-  h.weight_decay = 0.01f;
-  const float fused_scale = 0.5f;  // a loss-scale unscale times a clip factor, in the fused step
-
-  // Validate, then time.
-  const size_t validate_n = std::min(o.validate_numel, n);
-  const size_t wrong = validate(isa, validate_n, h, fused_scale);
+  s.h.lr = 1e-3f;
+  s.h.weight_decay = 0.01f;
+  s.validate_n = std::min(o.validate_numel, o.numel);
+  const size_t wrong = validate(s.isa, s.validate_n, s.h, kFusedScale);
   if (wrong != 0)
-    fail(kWhere, str(wrong, " elements of the ", adam_isa_name(isa),
-                     " path differ from the scalar "
-                     "reference on ",
-                     validate_n, " elements; not timing a wrong kernel"));
+    fail(kWhere, str(wrong, " elements of the ", adam_isa_name(s.isa),
+                     " path differ from the scalar reference on ", s.validate_n,
+                     " elements; not timing a wrong kernel"));
+  return s;
+}
 
-  HugeArray<float> p(n), g(n), m(n), v(n);
-  HugeArray<uint16_t> pb(n);
-  tbb::parallel_for(tbb::blocked_range<size_t>(0, n, kAdamWGrainElems),
-                    [&](const tbb::blocked_range<size_t>& r) {
-                      fill(p.data(), g.data(), m.data(), v.data(), pb.data(), r.begin(), r.end());
-                    });
-  AdamWTensors step_t;
-  step_t.param = p.data();
-  step_t.grad = g.data();
-  step_t.m = m.data();
-  step_t.v = v.data();
-  step_t.n = n;
-  AdamWTensors fused_t = step_t;
-  fused_t.param_bf16 = pb.data();
+// The timed arrays, filled in parallel (each page first touched by a thread that later streams
+// it), and the step's and the fused step's views of them.
+struct Arrays {
+  explicit Arrays(size_t n) : p(n), g(n), m(n), v(n), pb(n) {
+    tbb::parallel_for(tbb::blocked_range<size_t>(0, n, kAdamWGrainElems),
+                      [&](const tbb::blocked_range<size_t>& r) {
+                        fill(p.data(), g.data(), m.data(), v.data(), pb.data(), r.begin(), r.end());
+                      });
+    step.param = p.data();
+    step.grad = g.data();
+    step.m = m.data();
+    step.v = v.data();
+    step.n = n;
+    fused = step;
+    fused.param_bf16 = pb.data();
+  }
+  bool huge() const { return p.huge() && g.huge() && m.huge() && v.huge(); }
+
+  HugeArray<float> p, g, m, v;
+  HugeArray<uint16_t> pb;
+  AdamWTensors step, fused;
+};
+
+}  // namespace
+
+double measure_adam_gbps(const AdamBenchOptions& o) {
+  std::optional<tbb::global_control> limit;
+  if (o.threads > 0) limit.emplace(tbb::global_control::max_allowed_parallelism, o.threads);
+  const Setup setup = checked_setup(o);
+  Arrays a(o.numel);
+  int64_t step = 0;
+  auto run_step = [&] { adamw_update_isa(setup.isa, setup.h, ++step, 1.0f, a.step); };
+  run_step();  // untimed
+  Samples t;
+  for (int r = 0; r < o.repeats; ++r) t.s.push_back(seconds(run_step));
+  return double(o.numel) / t.best() * kBytesStep / 1e9;
+}
+
+nlohmann::json run_adam_bench(const AdamBenchOptions& o) {
+  std::optional<tbb::global_control> limit;
+  if (o.threads > 0) limit.emplace(tbb::global_control::max_allowed_parallelism, o.threads);
+  const Setup setup = checked_setup(o);
+  const AdamIsa isa = setup.isa;
+  const AdamWHyper& h = setup.h;
+  const size_t n = o.numel;
+  const float fused_scale = kFusedScale;
+  Arrays a(n);
+  AdamWTensors& step_t = a.step;
+  AdamWTensors& fused_t = a.fused;
 
   int64_t step = 0;
   float pass_scale = 0.5f;  // the unfused scaling pass alternates ·0.5 and ·2: g comes back exact
@@ -194,9 +230,9 @@ nlohmann::json run_adam_bench(const AdamBenchOptions& o) {
   auto run_step = [&] { adamw_update_isa(isa, h, ++step, 1.0f, step_t); };
   auto run_fused = [&] { adamw_update_isa(isa, h, ++step, fused_scale, fused_t); };
   auto run_unfused = [&] {
-    scale_inplace_isa(isa, g.data(), n, pass_scale);
+    scale_inplace_isa(isa, a.g.data(), n, pass_scale);
     adamw_update_isa(isa, h, ++step, 1.0f, step_t);
-    convert_f32_to_bf16_isa(isa, p.data(), pb.data(), n);
+    convert_f32_to_bf16_isa(isa, a.p.data(), a.pb.data(), n);
     pass_scale = pass_scale == 0.5f ? 2.0f : 0.5f;
   };
 
@@ -237,10 +273,10 @@ nlohmann::json run_adam_bench(const AdamBenchOptions& o) {
   j["repeats"] = o.repeats;
   j["statistic"] = "best of repeats (minimum time); median in \"median\"";
   j["grain_elems"] = kAdamWGrainElems;
-  j["huge_pages"] = p.huge() && g.huge() && m.huge() && v.huge();
+  j["huge_pages"] = a.huge();
   j["cpu"] = cpu_features().model;
-  j["validated_numel"] = validate_n;
-  j["wrong"] = wrong;
+  j["validated_numel"] = setup.validate_n;
+  j["wrong"] = 0;  // checked_setup throws otherwise
   j["hyper"] = {{"lr", h.lr},
                 {"beta1", h.beta1},
                 {"beta2", h.beta2},

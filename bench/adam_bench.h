@@ -29,4 +29,9 @@ struct AdamBenchOptions {
 // threads, the ratios, and the settings it ran with. Throws Error when validation fails.
 nlohmann::json run_adam_bench(const AdamBenchOptions& options);
 
+// The plain step only (what the planner's rate probe needs, bench/rate_probe.h): validated as
+// above, one untimed step, then the best of `repeats` steps, in decimal GB/s of 28 bytes per
+// parameter — `gbps` of run_adam_bench without the other kernels' passes.
+double measure_adam_gbps(const AdamBenchOptions& options);
+
 }  // namespace strata

@@ -66,7 +66,7 @@ MachineRates probe_rates(const Config& c, const RateProbeOptions& o) {
   adam.numel = size_t{32} << 20;  // 0.9 GB per pass: far larger than the caches
   adam.repeats = 3;
   adam.validate_numel = (size_t{1} << 16) + 3;
-  r.adam_gbps = run_adam_bench(adam)["gbps"].get<double>();
+  r.adam_gbps = measure_adam_gbps(adam);
   if (uses_cuda(c)) {
     GpuBenchOptions g;
     g.gemm_shapes = {{2048, 2048, 2048}};
