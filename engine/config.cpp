@@ -250,7 +250,8 @@ const std::vector<Key>& keys() {
       {STRATA_CONFIG_KEY(offload, device_mem_limit), Kind::size,
        "cap on device memory; 0 = the device's size", between(0, kMaxBytes)},
       {STRATA_CONFIG_KEY(offload, pinned_mem_limit), Kind::size,
-       "pinned host memory budget; 0 = as the plan needs", between(0, kMaxBytes)},
+       "budget of the pinned NVMe staging pools (host-resident shards are pinned "
+       "but not in it); 0 = as the plan needs", between(0, kMaxBytes)},
       {STRATA_CONFIG_KEY(offload, nvme_path), Kind::string_list,
        "one directory per NVMe device (TOML array; comma-separated in --set)"},
       {STRATA_CONFIG_KEY(offload, prefetch), Kind::integer,

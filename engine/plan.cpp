@@ -131,33 +131,21 @@ MemoryPlan plan_memory(const Config& c, int dp, const PlanMachine& machine, int 
       str("logits (", loss_chunk_rows(c.model, c.data.micro_batch, c.data.seq_len, tp),
           " tokens x ", model.tp().vocab_rows, " vocabulary rows)"),
       logits);
-  // Pinned staging pools.
-  uint64_t pools = 0;
-  if (pl.chunk_io()) {
-    uint64_t b = mul(uint64_t(pl.chunk_buffers()), pl.chunk_bytes(max_shard, kShardAlignElems));
-    row(Tier::host, str("NVMe optimizer pipeline staging (3 sets x ", pl.chunk_buffers_per_set(), " chunks)"), b,
-        true);
-    pools = add(pools, b);
-  }
-  const int ahead_buffers = read_ahead_buffers(model, pl);
-  const uint64_t ahead = read_ahead_bytes(model, pl);
-  if (ahead) {
-    row(Tier::host, str("NVMe optimizer state read-ahead (", ahead_buffers / pl.read_ahead_buffers_per_chunk(), " chunks)"),
-        ahead, true);
-    pools = add(pools, ahead);
-  }
-  if (pl.nvme_params()) {
-    const uint64_t shard_bytes = mul(max_shard, esz);
-    uint64_t want = mul(uint64_t(c.offload.prefetch) + 1, shard_bytes);
-    uint64_t b = want;
-    if (c.offload.pinned_mem_limit) {
-      uint64_t left = c.offload.pinned_mem_limit > pools ? c.offload.pinned_mem_limit - pools : 0;
-      b = std::min(want, left / shard_bytes * shard_bytes);
-      b = std::max(b, shard_bytes);  // at least one (the check below reports the shortfall)
-    }
-    row(Tier::host, str("NVMe parameter read-ahead staging (", b / shard_bytes, " shards)"), b, true);
-    pools = add(pools, b);
-  }
+  // Pinned staging pools (engine/zero.h: the engine allocates the same).
+  const PinnedStaging staging =
+      pinned_staging(model, pl, c.offload.pinned_mem_limit, c.offload.prefetch);
+  if (staging.chunk_buffers)
+    row(Tier::host,
+        str("NVMe optimizer pipeline staging (3 sets x ", pl.chunk_buffers_per_set(), " chunks)"),
+        staging.chunk_need(), true);
+  if (staging.ahead_buffers)
+    row(Tier::host,
+        str("NVMe optimizer state read-ahead (",
+            staging.ahead_buffers / pl.read_ahead_buffers_per_chunk(), " chunks)"),
+        staging.ahead_need(), true);
+  if (staging.param_shards)
+    row(Tier::host, str("NVMe parameter read-ahead staging (", staging.param_shards, " shards)"),
+        staging.param_need(), true);
 
   // Checks.
   const uint64_t device_need = p.device_bytes();
@@ -165,15 +153,10 @@ MemoryPlan plan_memory(const Config& c, int dp, const PlanMachine& machine, int 
   if (c.offload.device_mem_limit) device_limit = std::min(device_limit, c.offload.device_mem_limit);
   p.checks.push_back({"device memory per rank", device_need, device_limit,
                       c.offload.device_mem_limit ? "offload.device_mem_limit" : "the device's size"});
-  if (c.offload.pinned_mem_limit && pools > 0) {
-    uint64_t min_pools = add(add(pl.chunk_io() ? mul(uint64_t(pl.chunk_buffers()), pl.chunk_bytes(max_shard, kShardAlignElems)) : 0,
-                                 ahead),
-                             pl.nvme_params() ? mul(max_shard, esz) : 0);
-    p.checks.push_back({ahead ? "pinned staging per rank (one unit, read-ahead)"
-                              : "pinned staging per rank (at least one unit)",
-                        min_pools,
-                        c.offload.pinned_mem_limit, "offload.pinned_mem_limit"});
-  }
+  if (c.offload.pinned_mem_limit && staging.total() > 0)
+    p.checks.push_back({staging.ahead_buffers ? "pinned staging per rank (one unit, read-ahead)"
+                                              : "pinned staging per rank (at least one unit)",
+                        staging.minimum(), c.offload.pinned_mem_limit, "offload.pinned_mem_limit"});
   const uint64_t ram = machine.host_memory ? machine.host_memory : physical_memory_bytes();
   uint64_t host_need = mul(add(add(p.tier_bytes("host"), p.tier_bytes("pinned")),
                                machine.device_is_host_memory ? device_need : 0),

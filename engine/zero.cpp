@@ -74,6 +74,26 @@ uint64_t read_ahead_bytes(const LlamaModel& model, const Placement& p) {
   return uint64_t(read_ahead_buffers(model, p)) * p.chunk_bytes(max_shard(model), kShardAlignElems);
 }
 
+PinnedStaging pinned_staging(const LlamaModel& model, const Placement& p, uint64_t pinned_mem_limit,
+                             int nvme_prefetch) {
+  PinnedStaging s;
+  const size_t shard = max_shard(model);
+  s.chunk_bytes = p.chunk_bytes(shard, kShardAlignElems);
+  s.chunk_buffers = p.chunk_io() ? p.chunk_buffers() : 0;
+  s.ahead_buffers = read_ahead_buffers(model, p);
+  if (p.nvme_params()) {
+    s.param_shard_bytes = uint64_t(shard) * p.param_elem_bytes();
+    const uint64_t want = uint64_t(nvme_prefetch) + 1;
+    uint64_t fit = want;
+    if (pinned_mem_limit) {
+      const uint64_t taken = s.chunk_need() + s.ahead_need();
+      fit = pinned_mem_limit > taken ? (pinned_mem_limit - taken) / s.param_shard_bytes : 0;
+    }
+    s.param_shards = int(std::clamp<uint64_t>(fit, 1, want));
+  }
+  return s;
+}
+
 ZeroOptions zero_options(const Config& cfg) {
   if (cfg.offload.any_auto())
     fail("zero::options",
@@ -239,45 +259,40 @@ ZeroEngine::Impl::Impl(const LlamaModel& model, Device& device, Communicator& dp
   norm_host_ = device.alloc_host(n_ranges * 8, true, "gradient norm partial sums");
 
   // ---- pinned staging pools (budget offload.pinned_mem_limit) ----
-  const uint64_t chunk_bytes = place_.chunk_bytes(shard, kShardAlignElems);
-  const bool chunk_io = place_.chunk_io();
-  const int chunk_buffers = place_.chunk_buffers();
-  const uint64_t chunk_need = chunk_io ? uint64_t(chunk_buffers) * chunk_bytes : 0;
-  const int ahead_buffers = read_ahead_buffers(model, place_);
-  const uint64_t ahead_need = uint64_t(ahead_buffers) * chunk_bytes;
-  if (place_.optimizer_read_ahead && place_.optimizer == Tier::nvme && !ahead_buffers)
+  const PinnedStaging staging =
+      pinned_staging(model, place_, opt_.pinned_mem_limit, opt_.nvme_prefetch);
+  const uint64_t chunk_bytes = staging.chunk_bytes;
+  if (place_.optimizer_read_ahead && place_.optimizer == Tier::nvme && !staging.ahead_buffers)
     fail("zero::init",
          str("offload.optimizer_read_ahead = ", format_bytes(place_.optimizer_read_ahead),
-             " holds no whole chunk of the optimizer states (", place_.read_ahead_buffers_per_chunk(),
-             " x ", format_bytes(chunk_bytes), ")"),
+             " holds no whole chunk of the optimizer states (",
+             place_.read_ahead_buffers_per_chunk(), " x ", format_bytes(chunk_bytes), ")"),
          "raise it, or set 0 to read only the pipeline's next chunk ahead");
-  const uint64_t pinned_min = chunk_need + ahead_need + (nvme_params ? shard * esz : 0);
-  if (opt_.pinned_mem_limit && opt_.pinned_mem_limit < pinned_min)
+  if (opt_.pinned_mem_limit && opt_.pinned_mem_limit < staging.minimum()) {
+    std::string parts;
+    if (staging.chunk_buffers)
+      parts = str(staging.chunk_buffers, " optimizer chunks of ", format_bytes(chunk_bytes));
+    if (staging.ahead_buffers)
+      parts += str(" + ", staging.ahead_buffers, " read ahead (offload.optimizer_read_ahead)");
+    if (staging.param_shards)
+      parts += str(" + one parameter shard of ", format_bytes(staging.param_shard_bytes));
     fail("zero::init",
          str("offload.pinned_mem_limit = ", format_bytes(opt_.pinned_mem_limit),
-             " is too small: NVMe staging needs at least ", format_bytes(pinned_min), " (",
-             chunk_io ? str(chunk_buffers, " optimizer chunks of ", format_bytes(chunk_bytes)) : std::string(),
-             ahead_buffers ? str(" + ", ahead_buffers, " read ahead (offload.optimizer_read_ahead)") : std::string(),
-             nvme_params ? str(" + one parameter shard of ", format_bytes(shard * esz)) : std::string(), ")"),
-         ahead_buffers ? "raise offload.pinned_mem_limit (0 sizes it as needed) or lower offload.optimizer_read_ahead"
-                       : "raise offload.pinned_mem_limit (0 sizes it as needed) or lower offload.optimizer_chunk");
-  if (chunk_io)
-    chunk_pool_ = std::make_unique<PinnedPool>(device, chunk_need, chunk_bytes, chunk_buffers, "optimizer chunk",
-                                               opt_.timeout_s);
-  if (ahead_buffers)
-    ahead_pool_ = std::make_unique<PinnedPool>(device, ahead_need, chunk_bytes, ahead_buffers,
-                                               "optimizer read-ahead", opt_.timeout_s);
-  if (nvme_params) {
-    uint64_t budget = 0;
-    if (opt_.pinned_mem_limit) {
-      const uint64_t taken = chunk_need + ahead_need;
-      budget = opt_.pinned_mem_limit > taken ? opt_.pinned_mem_limit - taken : 0;
-      budget = std::min<uint64_t>(budget, uint64_t(opt_.nvme_prefetch + 1) * shard * esz);
-    }
-    param_pool_ = std::make_unique<PinnedPool>(device, budget, shard * esz,
-                                               budget ? 1 : opt_.nvme_prefetch + 1, "parameter",
-                                               opt_.timeout_s);
+             " is too small: NVMe staging needs at least ", format_bytes(staging.minimum()), " (",
+             parts, ")"),
+         str("raise offload.pinned_mem_limit (0 sizes it as needed) or lower offload.",
+             staging.ahead_buffers ? "optimizer_read_ahead" : "optimizer_chunk"));
   }
+  // Each pool holds exactly the buffers counted above (budget 0: min_buffers of them).
+  if (staging.chunk_buffers)
+    chunk_pool_ = std::make_unique<PinnedPool>(device, 0, chunk_bytes, staging.chunk_buffers,
+                                               "optimizer chunk", opt_.timeout_s);
+  if (staging.ahead_buffers)
+    ahead_pool_ = std::make_unique<PinnedPool>(device, 0, chunk_bytes, staging.ahead_buffers,
+                                               "optimizer read-ahead", opt_.timeout_s);
+  if (staging.param_shards)
+    param_pool_ = std::make_unique<PinnedPool>(device, 0, staging.param_shard_bytes,
+                                               staging.param_shards, "parameter", opt_.timeout_s);
   // The pools feed the NVMe queue: register them with it once (io_uring fixed buffers). The
   // swapper unregisters them when it stops, before the pools are freed (members' order).
   if (swapper_) {

@@ -86,6 +86,27 @@ std::vector<SlotClass> grad_slot_classes(const LlamaModel& model, const Placemen
 int read_ahead_buffers(const LlamaModel& model, const Placement& placement);
 uint64_t read_ahead_bytes(const LlamaModel& model, const Placement& placement);  // their bytes
 
+// One rank's pinned staging pools under offload.pinned_mem_limit: the engine allocates these and
+// the plan counts them, from this one reckoning.
+struct PinnedStaging {
+  uint64_t chunk_bytes = 0;        // one optimizer-chunk buffer (chunk and read-ahead pools)
+  int chunk_buffers = 0;           // the NVMe optimizer pipeline's three sets (0 without chunk I/O)
+  int ahead_buffers = 0;           // optimizer states read ahead (offload.optimizer_read_ahead)
+  uint64_t param_shard_bytes = 0;  // one compute-copy shard; 0 unless the compute copy is on NVMe
+  // NVMe parameter read-ahead: offload.prefetch + 1 shards, or as many whole shards as the budget
+  // leaves after the optimizer's pools, and at least one (minimum() checks that one fits).
+  int param_shards = 0;
+
+  uint64_t chunk_need() const { return uint64_t(chunk_buffers) * chunk_bytes; }
+  uint64_t ahead_need() const { return uint64_t(ahead_buffers) * chunk_bytes; }
+  uint64_t param_need() const { return uint64_t(param_shards) * param_shard_bytes; }
+  uint64_t total() const { return chunk_need() + ahead_need() + param_need(); }
+  // What a rank cannot run without: both optimizer pools whole and one parameter shard.
+  uint64_t minimum() const { return chunk_need() + ahead_need() + param_shard_bytes; }
+};
+PinnedStaging pinned_staging(const LlamaModel& model, const Placement& placement,
+                             uint64_t pinned_mem_limit, int nvme_prefetch);
+
 // What this rank holds, by the engine's own accounting.
 struct ZeroMemory {
   uint64_t shard_bytes = 0;      // device-resident shards (master, m, v, grad, compute copy)

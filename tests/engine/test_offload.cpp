@@ -26,6 +26,7 @@
 #include "engine/plan.h"
 #include "engine/test_hooks.h"
 #include "engine/trainer.h"
+#include "engine/zero.h"
 #include "tests/engine/test_util.h"
 #include "tests/support/tiny_config.h"
 
@@ -349,6 +350,80 @@ TEST(Offload, PlanCountsWhatTheEngineAllocates) {
         EXPECT_EQ(rows(mv == Tier::device ? "device" : mv == Tier::host ? "host" : "nvme", {"AdamW m and v"}),
                   shard * (states == DType::bf16 ? 4 : 8));
       }
+}
+
+// Under a pinned budget the parameter staging gets what the optimizer's pools leave, in whole
+// shards, offload.prefetch + 1 at most and one at least; below that one the plan's check fails
+// and the engine refuses to start, naming the key. Plan and engine agree at every budget.
+TEST(Offload, PlanAndEngineShareThePinnedBudget) {
+  Config c = base(Precision::bf16);
+  c.train.steps = 1;
+  c.offload.params = Tier::nvme;
+  c.offload.optimizer = Tier::nvme;
+  c.offload.prefetch = 2;  // up to three parameter shards
+  c.offload.nvme_path = {nvme_dir("pinned_budget")};
+  c.offload.optimizer_read_ahead = 3 * c.offload.optimizer_chunk;  // a pool of its own too
+  const LlamaModel model(c.model, world().size());
+  const PinnedStaging unlimited =
+      pinned_staging(model, zero_options(c).placement, 0, c.offload.prefetch);
+  ASSERT_EQ(unlimited.param_shards, 3);
+  ASSERT_GT(unlimited.ahead_buffers, 0);
+  ASSERT_GT(unlimited.chunk_buffers, 0);
+  const uint64_t min = unlimited.minimum(), shard = unlimited.param_shard_bytes;
+  struct Case {
+    uint64_t limit;
+    int shards;  // 0: refused
+  };
+  for (const Case& k : {Case{0, 3}, Case{min + 5 * shard, 3}, Case{min + shard + shard / 2, 2},
+                        Case{min, 1}, Case{min - 1, 0}}) {
+    c.offload.pinned_mem_limit = k.limit;
+    SCOPED_TRACE(str("offload.pinned_mem_limit = ", k.limit, " (one unit needs ", min, ")"));
+    PlanMachine m;
+    m.device_capacity = 64ull << 30;
+    m.ranks_here = world().size();
+    const MemoryPlan plan = plan_memory(c, world().size(), m);
+    const PlanCheck* check = nullptr;
+    for (const PlanCheck& ch : plan.checks)
+      if (ch.limit_name == "offload.pinned_mem_limit") check = &ch;
+    if (k.limit) {
+      ASSERT_NE(check, nullptr);
+      EXPECT_EQ(check->need, min);
+      EXPECT_EQ(check->ok(), k.shards > 0);
+    } else {
+      EXPECT_EQ(check, nullptr) << "no budget, no check";
+    }
+    TrainerOptions opt;
+    opt.progress = false;
+    if (k.shards == 0) {
+      try {
+        Trainer t(c, world(), opt);
+        ADD_FAILURE() << "a budget below one unit's staging must be refused";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("offload.pinned_mem_limit"), std::string::npos)
+            << e.what();
+      }
+      continue;
+    }
+    const std::string row = str("NVMe parameter read-ahead staging (", k.shards, " shards)");
+    uint64_t planned = 0, row_bytes = 0;
+    int pools = 0;
+    for (const PlanRow& r : plan.rows) {
+      if (r.tier != "pinned" || r.what.rfind("NVMe", 0) != 0) continue;  // the staging pools
+      planned += r.bytes;
+      ++pools;
+      if (r.what == row) row_bytes = r.bytes;
+    }
+    EXPECT_EQ(row_bytes, uint64_t(k.shards) * shard) << "no row \"" << row << "\"";
+    if (k.limit) {
+      EXPECT_LE(planned, k.limit);
+    }
+    Trainer t(c, world(), opt);
+    const ZeroMemory z = t.state_memory();
+    // Each pool is one slab rounded up to 2 MiB pages, which the plan does not count.
+    EXPECT_GE(z.pinned_bytes, planned);
+    EXPECT_LE(z.pinned_bytes, planned + uint64_t(pools) * ((2u << 20) - 1));
+    EXPECT_EQ(pools, 3);
+  }
 }
 
 // Slots sized per unit kind: with a vocabulary whose embedding and head are several blocks each,
