@@ -19,6 +19,17 @@ inline constexpr uint64_t MiB = 1024ull * KiB;
 inline constexpr uint64_t GiB = 1024ull * MiB;
 inline constexpr uint64_t TiB = 1024ull * GiB;
 
+// ⌈n / d⌉ and n rounded up to a multiple of d, for d > 0. div_ceil cannot overflow; round_up
+// wraps when the rounded value does not fit in T (sizes from untrusted input: checked_mul).
+template <std::unsigned_integral T>
+constexpr T div_ceil(T n, std::type_identity_t<T> d) {
+  return n / d + (n % d != 0);
+}
+template <std::unsigned_integral T>
+constexpr T round_up(T n, std::type_identity_t<T> d) {
+  return div_ceil(n, d) * d;
+}
+
 // "512M" → 536870912. Accepts an optional B/iB after the suffix ("2GiB", "64KB"), any case.
 // `what` names the setting in the error message.
 uint64_t parse_bytes(std::string_view text, std::string_view what = "size");

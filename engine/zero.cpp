@@ -66,7 +66,7 @@ int read_ahead_buffers(const LlamaModel& model, const Placement& p) {
   const size_t shard = max_shard(model);
   const uint64_t chunk = p.chunk_bytes(shard, kShardAlignElems) / 4;  // elements
   uint64_t chunks = 0;
-  for (const auto& u : model.units()) chunks += (u.layout.shard_numel() + chunk - 1) / chunk;
+  for (const auto& u : model.units()) chunks += div_ceil(u.layout.shard_numel(), chunk);
   return p.read_ahead_buffers(shard, kShardAlignElems, chunks);
 }
 

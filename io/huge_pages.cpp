@@ -21,6 +21,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/size.h"
 #include "io/backend.h"
 
 #ifndef MAP_HUGE_SHIFT
@@ -37,8 +38,6 @@ namespace strata {
 namespace {
 
 constexpr size_t kSmallPage = 4096;
-
-size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
 uint64_t read_u64(const std::string& path) {
   std::ifstream in(path);

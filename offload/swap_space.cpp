@@ -18,8 +18,6 @@
 namespace strata {
 namespace {
 
-uint64_t round_up(uint64_t v, uint64_t m) { return (v + m - 1) / m * m; }
-
 std::string errno_text_of(int err) { return detail::errno_text(err); }
 
 // Removes the files created so far if construction fails before they are open and unlinked.

@@ -29,8 +29,6 @@ constexpr size_t kHostAlign = 4096;
 constexpr size_t kHugePage = 2u << 20;
 bool n_huge(size_t bytes) { return bytes >= kHugePage; }
 
-size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
-
 // ---- events ---------------------------------------------------------------------------------
 
 struct EventState {

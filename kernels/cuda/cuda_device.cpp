@@ -45,8 +45,6 @@ constexpr size_t kDeviceAlign = 256;
 constexpr size_t kHostAlign = 4096;
 constexpr size_t kHugePage = size_t{2} << 20;
 
-size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
-
 // The lowest compute capability (as 10·major + minor) the build has machine code or PTX for; 0
 // when the list is not numeric ("native", "all").
 int lowest_built_arch() {

@@ -69,3 +69,17 @@ TEST(Size, CheckedArithmetic) {
                "QKV: 2147483648 does not fit in int32");
   expect_error([] { checked_cast<uint64_t>(int64_t(-1), "count"); }, "count: -1 does not fit");
 }
+
+TEST(Size, DivCeilAndRoundUp) {
+  static_assert(div_ceil(0u, 4u) == 0 && div_ceil(1u, 4u) == 1 && div_ceil(8u, 4u) == 2);
+  EXPECT_EQ(div_ceil(uint64_t(9), 4), 3u);
+  EXPECT_EQ(div_ceil(size_t(4096), 4096), 1u);
+  // No n + d − 1 on the way: the largest value still divides without wrapping.
+  constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
+  EXPECT_EQ(div_ceil(kMax, 2), uint64_t(1) << 63);
+  EXPECT_EQ(div_ceil(kMax, kMax), 1u);
+  EXPECT_EQ(round_up(size_t(1), 4096), 4096u);
+  EXPECT_EQ(round_up(size_t(4096), 4096), 4096u);
+  EXPECT_EQ(round_up(uint64_t(4097), 4096), 8192u);
+  EXPECT_EQ(round_up(uint64_t(0), 256), 0u);
+}
