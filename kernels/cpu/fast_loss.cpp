@@ -42,6 +42,14 @@ void check_targets(const char* op, const int32_t* targets, int N, int V) {
     if (targets[n] >= V) fail_index(op, "target", n, targets[n], V);
 }
 
+// One row of the backward: drow = (exp(row − lse) − onehot(jt)) · dloss over its V columns; jt
+// outside [0, V) subtracts nothing (the target lies in another vocabulary part). In place allowed.
+void softmax_grad_row(float* drow, const float* row, int V, float lse, float dloss, int64_t jt) {
+#pragma omp simd
+  for (int j = 0; j < V; ++j) drow[j] = exp_fast(row[j] - lse) * dloss;
+  if (jt >= 0 && jt < V) drow[jt] -= dloss;
+}
+
 }  // namespace
 
 // losses[n] = logsumexp(logits[n]) − logits[n, t]; t < 0: 0.
@@ -71,10 +79,7 @@ void cross_entropy_bwd(float* dlogits, const float* logits, const int32_t* targe
         std::fill(drow, drow + V, 0.0f);
         continue;
       }
-      const float lse = row_logsumexp(row, V);
-#pragma omp simd
-      for (int j = 0; j < V; ++j) drow[j] = exp_fast(row[j] - lse) * dloss;
-      drow[t] -= dloss;
+      softmax_grad_row(drow, row, V, row_logsumexp(row, V), dloss, t);
     }
   });
 }
@@ -137,11 +142,7 @@ void cross_entropy_part_bwd(float* dlogits, const float* logits, const float* ls
         std::fill(drow, drow + Vp, 0.0f);
         continue;
       }
-      const float l = lse[n];
-#pragma omp simd
-      for (int j = 0; j < Vp; ++j) drow[j] = exp_fast(row[j] - l) * dloss;
-      const int64_t jt = int64_t(t) - col_begin;
-      if (jt >= 0 && jt < Vp) drow[jt] -= dloss;
+      softmax_grad_row(drow, row, Vp, lse[n], dloss, int64_t(t) - col_begin);
     }
   });
 }
