@@ -51,13 +51,16 @@ void run_inspect(const InspectArgs& a) {
     if (status != "ok") failures += str("\n  ", path, ": ", status);
     files.push_back({{"name", f.name}, {"bytes", f.bytes}, {"xxh64", hash_hex(f.xxh64)}, {"status", status}});
   }
+  const std::string state(dtype_name(m.optimizer_state_dtype));
   if (a.json) {
     nlohmann::json tensors = nlohmann::json::array();
     for (const auto& t : m.tensors) tensors.push_back({{"name", t.name}, {"shape", t.shape}});
     nlohmann::json j = {{"path", dir},
                         {"step", m.step},
                         {"strata_version", m.strata_version},
+                        {"format_version", m.version},
                         {"precision", m.precision},
+                        {"state_dtypes", {{"master", "f32"}, {"m", state}, {"v", state}}},
                         {"mesh", {{"world", m.world}, {"dp", m.dp}, {"tp", m.tp}, {"pp", m.pp}}},
                         {"windows_consumed", m.windows_consumed},
                         {"tensors", tensors},
@@ -72,8 +75,8 @@ void run_inspect(const InspectArgs& a) {
                 (unsigned long long)m.windows_consumed, m.strata_version.c_str());
     std::printf("  mesh: %d rank(s) = dp %d x tp %d x pp %d; precision %s\n", m.world, m.dp, m.tp, m.pp,
                 m.precision.c_str());
-    std::printf("  %zu tensors, %llu parameters; master, m and v in f32\n", m.tensors.size(),
-                (unsigned long long)params);
+    std::printf("  %zu tensors, %llu parameters; master in f32, m and v in %s (format version %d)\n",
+                m.tensors.size(), (unsigned long long)params, state.c_str(), m.version);
     std::printf("  %zu file(s), %s:\n", m.files.size(), format_bytes(total).c_str());
     for (const auto& f : files)
       std::printf("    %-16s %12s  xxh64 %s  %s\n", f["name"].get<std::string>().c_str(),

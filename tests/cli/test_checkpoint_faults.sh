@@ -118,6 +118,26 @@ if [ -x "$(command -v "$mpiexec")" ]; then
   tp_case
 fi
 
+# What inspect says of the states' dtypes and the format: f32 m and v are format 2, bf16 ones 3.
+inspect_dtypes() {
+  local name=$1 dtype=$2 version=$3 root="$work/$1"
+  "$strata" checkpoint inspect "$root" >"$root.inspect" 2>&1 ||
+    { fail "$name: inspect failed"; cat "$root.inspect"; return; }
+  "$strata" checkpoint inspect "$root" --json >"$root.inspect.json" 2>&1 ||
+    { fail "$name: inspect --json failed"; cat "$root.inspect.json"; return; }
+  local json
+  json=$(tr -d ' \n' <"$root.inspect.json")
+  grep -q "master in f32, m and v in $dtype (format version $version)" "$root.inspect" &&
+    [[ "$json" == *"\"format_version\":$version,"* ]] &&
+    [[ "$json" == *"\"state_dtypes\":{\"m\":\"$dtype\",\"master\":\"f32\",\"v\":\"$dtype\"}"* ]] ||
+    { fail "$name: inspect does not say m and v in $dtype, format $version"; cat "$root.inspect" "$root.inspect.json"; return; }
+  echo "ok: $name: inspect says master f32, m and v $dtype, format version $version (text and --json)"
+}
+inspect_dtypes straight f32 2
+timeout 300 "$strata" train "${small[@]}" --set train.steps=2 --set train.optimizer_state_dtype=bf16 \
+  --set "checkpoint.dir=$work/bf16" >"$work/bf16.log" 2>&1 || { fail "bf16 states: the run failed"; cat "$work/bf16.log"; }
+inspect_dtypes bf16 bf16 3
+
 # A flipped byte: refused by inspect and by --resume, naming the file and both hashes.
 root="$work/straight"
 file="$root/step_6/rank_00000.bin"
