@@ -480,9 +480,18 @@ void FileIO::refuse(size_t accepted, std::exception_ptr thrown) {
 }
 
 size_t FileIO::wait(size_t min_completions, std::vector<IoCompletion>& out) {
+  return wait_for(min_completions, false, out);
+}
+
+size_t FileIO::wait_progress(std::vector<IoCompletion>& out) { return wait_for(0, true, out); }
+
+// any_chunk: return once a reap brought at least one result (wait_progress); else once
+// min_completions requests completed (0: after one poll).
+size_t FileIO::wait_for(size_t min_completions, bool any_chunk, std::vector<IoCompletion>& out) {
   State& st = *state_;
   size_t got = 0;
   bool polled = false;
+  bool progressed = false;  // a reap returned a result
   bool reap_threw = false;  // the previous reap() threw
   for (;;) {
     if (!st.aborting) pump();
@@ -500,15 +509,16 @@ size_t FileIO::wait(size_t min_completions, std::vector<IoCompletion>& out) {
                   str(pending_requests_, " request(s) pending with no chunk in flight or queued"),
                   {"this is a bug in strata's FileIO; please report it"});
       continue;
-    } else if (got >= min_completions && (min_completions > 0 || polled)) {
+    } else if (any_chunk ? progressed : got >= min_completions && (min_completions > 0 || polled)) {
       break;
     }
     // Each request needs at least one more chunk result, so waiting for that many results at
     // once never waits longer than necessary, and saves a wake-up per result. While draining,
     // everything the backend holds is waited for: buffers stay in use until it answers.
-    size_t need = st.aborting ? held
-                : got < min_completions ? std::min({min_completions - got, st.in_flight, held})
-                : 0;
+    size_t need = st.aborting                 ? held
+                  : any_chunk                   ? std::min<size_t>({1, st.in_flight, held})
+                  : got < min_completions       ? std::min({min_completions - got, st.in_flight, held})
+                                                : 0;
     need = std::min(need, st.results.size());
     size_t n = 0;
     try {
@@ -536,6 +546,7 @@ size_t FileIO::wait(size_t min_completions, std::vector<IoCompletion>& out) {
     }
     reap_threw = false;
     polled = true;
+    progressed = progressed || n > 0;
     for (size_t i = 0; i < n; ++i) got += complete(st.results[i], out);
     if (st.in_flight == 0 && st.resubmit.empty()) end_busy_span();
   }

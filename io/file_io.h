@@ -150,6 +150,11 @@ class FileIO {
   // Blocks until at least `min_completions` requests completed (fewer if fewer are pending) and
   // appends them to `out`; returns how many were appended. wait(0, out) only polls.
   size_t wait(size_t min_completions, std::vector<IoCompletion>& out);
+  // Blocks until the backend returns at least one chunk's result (not at all when no chunk is
+  // in flight), then appends the requests that completed meanwhile to `out` (maybe none) and
+  // returns how many. For a caller with requests to hand over between chunks: the Swapper's
+  // worker submits a job queued meanwhile after the next chunk, not after a whole request.
+  size_t wait_progress(std::vector<IoCompletion>& out);
   // Waits for every pending request; their completions go to `out` (or are dropped).
   void drain(std::vector<IoCompletion>* out = nullptr);
   // submit, then drain: for callers with nothing else pending.
@@ -161,6 +166,7 @@ class FileIO {
  private:
   struct State;  // the queue's bookkeeping (io/file_io.cpp)
   void pump();
+  size_t wait_for(size_t min_completions, bool any_chunk, std::vector<IoCompletion>& out);
   void refuse(size_t accepted, std::exception_ptr thrown);
   size_t complete(const RawResult& result, std::vector<IoCompletion>& out);
   size_t release(uint64_t slot, std::vector<IoCompletion>& out, bool finished);

@@ -236,7 +236,7 @@ void Swapper::run() {
       try {
         for (int l = 0; l < kIoLanes; ++l)
           if (!batch[l].empty()) io_.submit(batch[l], IoLane(l));
-        if (io_.pending() > 0) io_.wait(1, completions);
+        if (io_.pending() > 0) io_.wait_progress(completions);  // back for new jobs per chunk
       } catch (...) {
         io_error = std::current_exception();  // FileIO drained first; `completions` are real
       }

@@ -4,8 +4,9 @@
 //
 // submit() checks a job (any number of IoRequests, e.g. a unit's shard or one chunk of the
 // optimizer states) on the caller's thread, hands it over and returns its ticket at once; the
-// worker keeps the FileIO's queue full across jobs. Buffers belong to the caller and must stay
-// untouched until their job is waited for.
+// worker keeps the FileIO's queue full across jobs, and hands a job submitted meanwhile to the
+// FileIO (in its lane) after the next chunk completes, not after a whole request already there.
+// Buffers belong to the caller and must stay untouched until their job is waited for.
 //
 // Tickets: each is waited for once, by wait(ticket) or by a wait_all() called after it was
 // issued. wait() or done() on ticket 0, on a ticket never issued, or on one already waited for

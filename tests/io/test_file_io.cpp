@@ -120,6 +120,27 @@ TEST_P(FileIOTest, UrgentThenNormalThenBulkAndInOrderWithinALane) {
   EXPECT_EQ(check_pattern(buf.data(), 8 * len, 3, 0), -1);
 }
 
+// wait_progress returns after each chunk's result: with one slot, a request of four chunks takes
+// four calls, the first three returning no completion (wait(1) would block through all four).
+// With nothing pending it returns at once.
+TEST_P(FileIOTest, WaitProgressReturnsAfterEveryChunk) {
+  MAKE_OR_SKIP(io, 1, 64 * KiB);
+  std::string dir = test::fresh_work_dir();
+  int f = io->open(FileSpec{{dir + "/progress.bin"}});
+  AlignedBuffer buf(4 * 64 * KiB);
+  fill_pattern(buf.data(), buf.size(), 5, 0);
+  io->submit({IoOp::write, f, 0, buf.data(), buf.size(), 7});
+  std::vector<IoCompletion> done;
+  std::vector<size_t> returned;
+  while (io->pending() && returned.size() < 10) returned.push_back(io->wait_progress(done));
+  EXPECT_EQ(returned, (std::vector<size_t>{0, 0, 0, 1}));
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].tag, 7u);
+  EXPECT_EQ(done[0].bytes, buf.size());
+  EXPECT_EQ(io->wait_progress(done), 0u);
+  EXPECT_EQ(done.size(), 1u);
+}
+
 TEST_P(FileIOTest, PollingWithWaitZeroMakesProgress) {
   MAKE_OR_SKIP(io);
   std::string dir = test::fresh_work_dir();

@@ -41,14 +41,16 @@ std::string message_of(const std::function<void()>& fn) {
 
 class SwapperTest : public ::testing::TestWithParam<std::string> {
  protected:
-  void SetUp() override {
+  void SetUp() override { open(8); }
+  // The FileIO over a fault backend over the backend under test, `queue_depth` slots deep.
+  void open(int queue_depth) {
     std::string why;
-    auto inner = test::backend_or_skip(GetParam(), 8, &why);
+    auto inner = test::backend_or_skip(GetParam(), queue_depth, &why);
     if (!inner) GTEST_SKIP() << why;
     auto fault = std::make_unique<FaultBackend>(std::move(inner), std::vector<FaultRule>{});
     fault_ = fault.get();
     IoOptions o;
-    o.queue_depth = 8;
+    o.queue_depth = queue_depth;
     o.block_size = kBlock;
     io_ = std::make_unique<FileIO>(std::move(fault), o);
     path_ = test::fresh_work_dir() + "/swap.bin";
@@ -108,6 +110,41 @@ TEST_P(SwapperTest, JobsRoundTripTheRightBytes) {
   Swapper::Ticket empty = swapper_->submit({});
   EXPECT_TRUE(swapper_->done(empty));
   within(10, [&] { swapper_->wait(empty); });
+}
+
+// A job submitted while a long request is in flight reaches the FileIO after the next chunk,
+// not after that request. One slot; a normal job of one 4-chunk request whose chunks 1 and 3
+// stall. While chunk 1 is held, an urgent job arrives; chunk 1 released, the worker hands the
+// urgent job over, which goes out before chunk 3 and completes while the normal job, held at
+// chunk 3, cannot. (With the worker waiting for whole requests, the urgent job would wait for
+// chunk 3's release: its wait times out.)
+TEST_P(SwapperTest, AJobQueuedDuringALongRequestGoesOutAfterTheNextChunk) {
+  within(10, [&] { io_.reset(); });
+  open(1);
+  if (IsSkipped()) return;
+  start(5.0);
+  AlignedBuffer out(8 * kBlock), in(8 * kBlock);
+  write_blocks(out, 8, 67);
+  fault_->add_rule({Fault::stall, int(IoOp::read), 1 * kBlock, 0, 1});
+  fault_->add_rule({Fault::stall, int(IoOp::read), 3 * kBlock, 0, 1});
+  Swapper::Ticket normal =
+      swapper_->submit({{IoOp::read, file_, 0, in.data(), 4 * kBlock, 0}}, IoLane::normal);
+  within(10, [&] {
+    while (fault_->stalled() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
+  Swapper::Ticket urgent = swapper_->submit(job(IoOp::read, in, 6, 1), IoLane::urgent);
+  fault_->release_stalled();  // chunk 1; chunk 3 stalls in its turn
+  within(10, [&] { swapper_->wait(urgent); });
+  EXPECT_FALSE(swapper_->done(normal));
+  fault_->release_stalled();
+  within(10, [&] {
+    while (fault_->stalled() == 0 && !swapper_->done(normal))
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    fault_->release_stalled();
+    swapper_->wait(normal);
+  });
+  EXPECT_EQ(check_pattern(in.data(), 4 * kBlock, 67, 0), -1);
+  EXPECT_EQ(check_pattern(in.data() + 6 * kBlock, kBlock, 67, 6 * kBlock), -1);
 }
 
 TEST_P(SwapperTest, RegisteredStagingIsUsedWhileIdleOnlyAndReleasedAtTheEnd) {
