@@ -74,8 +74,9 @@ const char* isa_needs(AdamIsa isa) {
   return "nothing";
 }
 
-// Calls f(begin, end) over [0, n) in pieces cut at multiples of kAdamWBlockElems, at least
-// kAdamWGrainElems long; a call this small runs on the calling thread.
+// Calls f(begin, end) over [0, n) in pieces cut at multiples of kAdamWBlockElems; oneTBB splits
+// a range only while it is longer than kAdamWGrainElems, so a piece holds more than half of that.
+// A call of at most one grain runs on the calling thread.
 template <class F>
 void parallel_over(size_t n, const F& f) {
   if (n <= kAdamWGrainElems) {
