@@ -59,7 +59,12 @@ CheckpointWriter::CheckpointWriter(Communicator& comm, CheckpointWriterOptions o
 CheckpointWriter::~CheckpointWriter() {
   {
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return done_; });
+    if (!done_) {  // a save still in flight ends first, under the watchdog like every wait here
+      WatchedWait w(str("the checkpoint save of step ", job_ ? job_->manifest.step : -1,
+                        ", still in flight as the writer shuts down"),
+                    WaitKind::io, watchdog_context());
+      cv_.wait(lock, [&] { return done_; });
+    }
     stop_ = true;
     if (error_) {
       try {
