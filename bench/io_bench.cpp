@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "core/size.h"
+#include "core/watchdog.h"
 #include "io/aligned_buffer.h"
 #include "io/file_io.h"
 #include "io/huge_pages.h"
@@ -95,11 +96,16 @@ Phase run_phase(FileIO& io, const SwapSpace& space, IoOp op, uint64_t nblocks, u
     }
     if (!batch.empty()) io.submit(batch);
   };
+  const std::string waiting = str("strata bench io: a ", op == IoOp::write ? "write" : "read",
+                                  " of ", format_bytes(block), " blocks");
   auto t0 = std::chrono::steady_clock::now();
   while (next < nblocks || io.pending()) {
     refill();
     done.clear();
-    io.wait(1, done);
+    {
+      WatchedWait w(waiting, WaitKind::io);  // a disk that stops answering ends the bench
+      io.wait(1, done);
+    }
     refill();
     for (const IoCompletion& c : done) {
       uint32_t b = uint32_t(c.tag & 0xffff);

@@ -23,6 +23,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/watchdog.h"
 #include "comm/comm_nccl.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/device.h"
@@ -113,6 +114,9 @@ class NcclCommunicator final : public Communicator {
       std::lock_guard<std::mutex> lock(m_);
       check_alive("split");
       use_device(device_);
+      // Collective over this communicator: it returns once every rank has called it.
+      WatchedWait w(str("ncclCommSplit of a ", size_, "-rank NCCL communicator"),
+                    WaitKind::collective, watchdog_context());
       checked(ncclCommSplit(comm_, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &out, nullptr),
               "ncclCommSplit", __LINE__);
     }
@@ -364,7 +368,12 @@ std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, in
   }
   use_device(cuda_device);
   ncclComm_t comm = nullptr;
-  STRATA_NCCL_CHECK(ncclCommInitRank(&comm, bootstrap.size(), id, bootstrap.rank()));
+  {
+    // Connects to every rank of the group: returns once all of them have called it.
+    WatchedWait w(str("ncclCommInitRank of a ", bootstrap.size(), "-rank NCCL communicator"),
+                  WaitKind::collective, watchdog_context());
+    STRATA_NCCL_CHECK(ncclCommInitRank(&comm, bootstrap.size(), id, bootstrap.rank()));
+  }
   return std::make_unique<NcclCommunicator>(comm, cuda_device);
 }
 

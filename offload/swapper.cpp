@@ -14,6 +14,7 @@
 #include "core/log.h"
 #include "core/size.h"
 #include "core/trace.h"
+#include "core/watchdog.h"
 
 namespace strata {
 namespace {
@@ -47,7 +48,13 @@ Swapper::~Swapper() {
     stop_ = true;
   }
   work_cv_.notify_all();
-  worker_.join();
+  {
+    // The worker ends once the backend has answered what is in flight: a disk that stops
+    // answering would hold this join, so it is watched like every other wait.
+    WatchedWait w("the swapper's worker finishing the I/O in flight at shutdown", WaitKind::io,
+                  watchdog_context());
+    worker_.join();
+  }
   const IoStats& s = io_.stats();
   log_debug("swapper", "stopped: ", s.requests, " request(s) in ", s.chunks, " chunk(s), ",
             s.fixed_chunks, " of them on registered buffers");
