@@ -13,6 +13,7 @@
 
 #include "core/size.h"
 #include "core/trace.h"
+#include "core/watchdog.h"
 #include "io/aligned_buffer.h"
 #include "io/fault_backend.h"
 #include "io/huge_pages.h"
@@ -366,6 +367,33 @@ TEST_P(SwapperTest, ABackendThatCannotBeReapedFailsTheJobsAndTheDestructorsEnd) 
     io_.reset();
   });
   fault_ = nullptr;  // owned by io_
+}
+
+// A destructor held by a disk that does not answer is a watched wait: while a read is stalled,
+// the swapper's destructor blocks in its worker's join, and the watchdog's report names it.
+// (Unwatched, a run ending on the swapper's timeout Error would hang there without a word.)
+TEST_P(SwapperTest, TheDestructorsJoinIsAWatchedWait) {
+  start();
+  AlignedBuffer out(2 * kBlock), in(2 * kBlock);
+  write_blocks(out, 2, 69);
+  fault_->add_rule({Fault::stall, int(IoOp::read), 0, 0, 1});
+  swapper_->submit(job(IoOp::read, in, 0, 2));
+  within(10, [&] {
+    while (fault_->stalled() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
+  std::thread closer([&] { swapper_.reset(); });
+  const std::string want = "the swapper's worker finishing the I/O in flight at shutdown";
+  std::string report;
+  const auto deadline = Clock::now() + std::chrono::seconds(5);
+  while (report.find(want) == std::string::npos && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    report = watchdog_report_now(0);
+  }
+  fault_->release_stalled();
+  within(10, [&] { closer.join(); });
+  EXPECT_NE(report.find(want), std::string::npos) << "no watched wait while the destructor "
+                                                     "blocked; the report:\n" << report;
+  EXPECT_EQ(check_pattern(in.data(), in.size(), 69, 0), -1);
 }
 
 TEST_P(SwapperTest, TheDestructorFinishesQueuedJobsAndEndsAfterAFailure) {
