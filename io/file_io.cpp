@@ -515,10 +515,10 @@ size_t FileIO::wait_for(size_t min_completions, bool any_chunk, std::vector<IoCo
     // Each request needs at least one more chunk result, so waiting for that many results at
     // once never waits longer than necessary, and saves a wake-up per result. While draining,
     // everything the backend holds is waited for: buffers stay in use until it answers.
-    size_t need = st.aborting                 ? held
-                  : any_chunk                   ? std::min<size_t>({1, st.in_flight, held})
-                  : got < min_completions       ? std::min({min_completions - got, st.in_flight, held})
-                                                : 0;
+    size_t need = st.aborting               ? held
+                  : any_chunk               ? std::min<size_t>({1, st.in_flight, held})
+                  : got < min_completions   ? std::min({min_completions - got, st.in_flight, held})
+                                            : 0;
     need = std::min(need, st.results.size());
     size_t n = 0;
     try {

@@ -137,8 +137,7 @@ TEST_P(SwapperTest, AJobQueuedDuringALongRequestGoesOutAfterTheNextChunk) {
   fault_->release_stalled();  // chunk 1; chunk 3 stalls in its turn
   within(10, [&] { swapper_->wait(urgent); });
   EXPECT_FALSE(swapper_->done(normal));
-  fault_->release_stalled();
-  within(10, [&] {
+  within(10, [&] {  // chunk 3 stalls (if it has not yet), then goes on
     while (fault_->stalled() == 0 && !swapper_->done(normal))
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     fault_->release_stalled();
