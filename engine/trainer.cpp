@@ -309,6 +309,7 @@ struct Trainer::Impl {
     }
     ZeroOptions zo = zero_options(cfg);
     zo.test_hooks = opt.test_hooks;
+    zo.world_rank = world.rank();
     zero = std::make_unique<ZeroEngine>(*model, *device, *dpc, *compute, *comm, *reduce, zo, tpc,
                                         pp > 1 ? ppc : nullptr);
     if (!resume_dir.empty()) {

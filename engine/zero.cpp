@@ -180,7 +180,7 @@ ZeroEngine::Impl::Impl(const LlamaModel& model, Device& device, Communicator& dp
     so.dirs = opt_.nvme_path;
     so.capacity_bytes = need + uint64_t(model.num_units()) * 4 * opt_.io_stripe_size;
     so.stripe_bytes = opt_.io_stripe_size;
-    so.name = str("rank", dp.rank());
+    so.name = str("rank", opt_.world_rank >= 0 ? opt_.world_rank : dp.rank());
     swap_ = std::make_unique<SwapSpace>(*io_, so);
     swapper_ = std::make_unique<Swapper>(*io_, opt_.timeout_s);
   }

@@ -66,6 +66,10 @@ struct ZeroOptions {
   uint64_t io_block_size = 1ull << 20;
   uint64_t io_stripe_size = 1ull << 20;
   double timeout_s = 600;           // parallel.timeout: bound of every swapper and pool wait
+  // This rank in the whole job, for the names of its swap files (strata-<pid>-rank<R>-<i>.swap);
+  // -1: the data-parallel rank (a job of dp ranks only). With tp or pp, several ranks share a dp
+  // index, and an error naming a file must point at the rank that holds it.
+  int world_rank = -1;
   // offload.overlap_optimizer: with the optimizer's states off the device, start_step() returns
   // at once and the next pass overlaps the update (the step's contract below).
   bool overlap_optimizer = true;

@@ -8,6 +8,9 @@
 #   3. rank 1 stops responding before step 2 (STRATA_FAULT=rank=1,step=2,fault=hang): rank 0's
 #      watchdog must end the job after parallel.timeout (3 s here), naming the collective, the
 #      step and rank 1 as the rank that did not arrive.
+# and the last two again with two pipeline stages (parallel.pp = 2), where the ranks meet in
+# point-to-point transfers as well as collectives: rank 1's read error must name rank 1's own swap
+# file, and rank 0's watchdog the transfer with rank 1 it waits in.
 # Bounds: the error cases must end within 10 s of the error; the hang case within 10 s after
 # the timeout. Each case's run is bounded by `timeout` (a hang is a failure, not a stuck CI),
 # and its time from launch to exit is printed. Usage: test_failures.sh STRATA MPIEXEC WORK_DIR
@@ -77,6 +80,18 @@ export STRATA_FAULT=rank=1,step=2,fault=hang
 run_case rank1_stops_responding 30 "rank 0 of 2: \[watchdog\]" "step 2" \
   "ranks that did not arrive: 1" -- \
   train "${small[@]}" --set parallel.timeout=3
+
+# Two stages, one rank each, four micro-batches a step (the 1F1B schedule has sends and receives
+# in flight both ways).
+pp=(--set parallel.pp=2 --set train.grad_accum=4)
+export STRATA_FAULT=rank=1,fault=nvme_read_error,skip=3
+run_case pp2_nvme_error_on_rank1 25 "error on rank 1 of 2" "Input/output error" "rank1-0.swap" -- \
+  train "${small[@]}" "${pp[@]}" --set offload.optimizer=nvme --set "offload.nvme_path=$work/nvme_pp"
+
+export STRATA_FAULT=rank=1,step=2,fault=hang
+run_case pp2_rank1_stops_responding 30 "rank 0 of 2: \[watchdog\]" "step 2" \
+  "with rank 1 on 'pp " -- \
+  train "${small[@]}" "${pp[@]}" --set parallel.timeout=3
 
 if [ $failures -ne 0 ]; then
   echo "$failures case(s) failed"
