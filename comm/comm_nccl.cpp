@@ -306,7 +306,11 @@ class NcclCommunicator final : public Communicator {
       if (abort || (async != ncclSuccess && async != ncclInProgress)) {
         abort_now();
       } else {
-        if (stream_) cudaStreamSynchronize(stream_);  // every operation issued has completed
+        if (stream_) {  // every operation issued has completed (a peer that never joins: watched)
+          WatchedWait w("an NCCL communicator's stream drains before ncclCommDestroy",
+                        WaitKind::collective, watchdog_context());
+          cudaStreamSynchronize(stream_);
+        }
         untrack(comm_);
         const ncclResult_t rc = ncclCommDestroy(comm_);
         if (rc != ncclSuccess) log_warn("comm::nccl", "ncclCommDestroy: ", ncclGetErrorString(rc));

@@ -151,9 +151,13 @@ struct Trainer::Impl {
 
   // An error mid-pass (an overlapped optimizer step's failure surfaces in the next forward) can
   // leave work queued on the streams that reads the host batches and buffers freed with the
-  // members below: drain the streams first (one that fails does not skip the others).
+  // members below: drain the streams first (one that fails does not skip the others). The
+  // pipeline's send and receive streams too: they are declared before the model and the runner
+  // whose activation buffers their transfers read and write, so they would otherwise be drained
+  // (by their own destructors) only after those buffers are gone.
   ~Impl() {
-    for (Stream* st : {compute.get(), comm.get(), reduce.get(), host_stream.get()}) {
+    for (Stream* st : {compute.get(), comm.get(), reduce.get(), host_stream.get(), send_next.get(),
+                       recv_prev.get(), recv_next.get(), send_prev.get()}) {
       if (!st) continue;
       try {
         st->synchronize();

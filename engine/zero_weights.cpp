@@ -82,6 +82,10 @@ std::vector<float> ZeroEngine::Impl::gather_to_host(int u, bool grads) {
   Buffer full = device_.alloc(L.padded_numel() * 4, "export gather");
   comm_.copy(shard.data(), mine.data(), n * 4);
   dp_.all_gather(comm_, full.data(), shard.data(), n, CommType::f32);
+  // The gather is waited for here, under the watchdog: on a CUDA device a copy into pageable
+  // memory blocks the host until the stream reaches it, where no watched wait would cover a peer
+  // that never joins the gather.
+  comm_.synchronize();
   std::vector<float> out(L.padded_numel());
   comm_.copy(out.data(), full.data(), L.padded_numel() * 4);
   comm_.synchronize();

@@ -134,7 +134,13 @@ CudaStream::CudaStream(Device& device, const DeviceContext& ctx, std::string nam
 CudaStream::~CudaStream() {
   if (!stream_) return;
   cudaSetDevice(ctx_.ordinal);
-  const cudaError_t rc = cudaStreamSynchronize(as_stream(stream_));
+  cudaError_t rc;
+  {
+    // Work still queued may be a collective whose peer never joins: bounded like every wait.
+    WatchedWait w(str("CUDA stream '", name_, "' drains as it is destroyed"), WaitKind::host,
+                  watchdog_context());
+    rc = cudaStreamSynchronize(as_stream(stream_));
+  }
   if (rc != cudaSuccess)
     log_warn("cuda::stream", "stream '", name_, "' ended with a CUDA error: ", cudaGetErrorString(rc));
   if (errors_->error) {
