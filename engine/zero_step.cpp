@@ -528,9 +528,14 @@ void ZeroEngine::Impl::finish_step() {
     if (!started || j->eager) j->abort = true;
   }
   j->cv.notify_all();
-  // The worker's every wait is bounded (the swapper's, the pool's, await_go, next_eager_unit), so
-  // this join is.
-  j->worker.join();
+  {
+    // The worker's every wait is bounded (the swapper's, the pool's, await_go, next_eager_unit),
+    // but a failed step's worker drains its I/O ticket by ticket, each with a fresh
+    // parallel.timeout: watched, the join ends the run after one.
+    WatchedWait w("the optimizer step's worker finishing its updates", WaitKind::host,
+                  watchdog_context());
+    j->worker.join();
+  }
   if (started && j->error) std::rethrow_exception(j->error);
 }
 

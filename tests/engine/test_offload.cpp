@@ -21,6 +21,7 @@
 
 #include "core/error.h"
 #include "core/size.h"
+#include "core/watchdog.h"
 #include "comm/comm_registry.h"
 #include "engine/model.h"
 #include "engine/plan.h"
@@ -669,6 +670,36 @@ TEST(Offload, NextForwardWaitsOnlyForTheUnitItComputes) {
       EXPECT_TRUE(r.weights == serial.weights) << "final weights differ";
     }
   }
+}
+
+// The run's end waits for the last step's overlapped update by joining the step's worker; that
+// join is a watched wait like every other (a failed worker drains its I/O ticket by ticket, each
+// with a fresh parallel.timeout). The worker holds the last step's update of the head until the
+// watchdog's report names the join (bounded: 5 s), then lets it go.
+TEST(Offload, TheRunsEndWaitsForTheLastUpdateUnderTheWatchdog) {
+  Config c = base(Precision::bf16);
+  c.train.steps = 2;
+  c.offload.optimizer = Tier::host;
+  ASSERT_TRUE(c.offload.overlap_optimizer);
+  const int head = LlamaModel(c.model, world().size()).num_units() - 1;
+  const std::string want = "the optimizer step's worker finishing its updates";
+  int updates = 0;
+  std::string report;
+  auto hooks = std::make_shared<TestHooks>();
+  hooks->before_unit_update = [&](int u) {  // the worker's thread
+    if (u != head || ++updates < c.train.steps) return;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (report.find(want) == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      report = watchdog_report_now(0);
+    }
+  };
+  TrainerOptions opt;
+  opt.test_hooks = hooks;
+  run(c, opt);
+  EXPECT_EQ(updates, c.train.steps);
+  EXPECT_NE(report.find(want), std::string::npos)
+      << "no watched wait while the run's end waited for the last update; the report:\n" << report;
 }
 
 // offload.optimizer_read_ahead, clipped: during the step's last backward, before the norm is
