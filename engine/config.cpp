@@ -1198,6 +1198,11 @@ std::string config_reference_markdown() {
          "`parallel.pp <= model.n_layers + 2`.\n";
   out += "- `parallel.sequence_parallel` needs `data.micro_batch x data.seq_len` to be a multiple "
          "of `parallel.tp`.\n";
+  out += "- Every rank of a job runs the same configuration (and the same `--init-from` / "
+         "`--resume`): at start-up rank 0's is compared with every rank's, and a key that differs "
+         "stops the job on every rank, naming the rank, the key and both values. Only keys that "
+         "describe a rank's own machine may differ: `offload.nvme_path`, `train.threads`, `io.*`, "
+         "`log.metrics` and `log.trace`.\n";
   return out;
 }
 

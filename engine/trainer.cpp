@@ -9,7 +9,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
+#include <set>
 
 #include <tbb/global_control.h>
 
@@ -86,7 +88,97 @@ struct HostBatch {
   std::unique_ptr<Event> consumed;
 };
 
+// Keys that describe only a rank's own machine (paths on its disks, its cores, its I/O knobs,
+// files only it writes): they may differ between ranks.
+bool rank_local_key(std::string_view key) {
+  return key == "offload.nvme_path" || key == "train.threads" || key.rfind("io.", 0) == 0 ||
+         key == "log.metrics" || key == "log.trace";
+}
+
+// One "key=value" line per compared key, sorted (the JSON of config_to_json: numbers as they
+// round-trip, so 1e-3 and 0.001 agree).
+std::string comparable_config(const Config& config,
+                              const std::vector<std::pair<std::string, std::string>>& extra) {
+  std::map<std::string, std::string> lines;
+  const nlohmann::json all = config_to_json(config);
+  for (const auto& [section, keys] : all.items())
+    for (const auto& [key, value] : keys.items()) {
+      std::string name = section + "." + key;
+      if (!rank_local_key(name)) lines[name] = value.dump();
+    }
+  for (const auto& [name, value] : extra) lines[name] = nlohmann::json(value).dump();
+  std::string out;
+  for (const auto& [name, value] : lines) out += name + "=" + value + "\n";
+  return out;
+}
+
+std::map<std::string, std::string> config_lines(const std::string& text) {
+  std::map<std::string, std::string> out;
+  size_t at = 0;
+  while (at < text.size()) {
+    const size_t end = text.find('\n', at), eq = text.find('=', at);
+    out[text.substr(at, eq - at)] = text.substr(eq + 1, end - eq - 1);
+    at = end + 1;
+  }
+  return out;
+}
+
 }  // namespace
+
+void check_same_config_on_every_rank(
+    const Config& config, Communicator& world,
+    const std::vector<std::pair<std::string, std::string>>& extra) {
+  if (world.size() == 1) return;
+  auto dev = make_device(DeviceKind::cpu);
+  auto stream = dev->make_stream("config check");
+  // Rank 0's text to every rank (its length first).
+  auto broadcast_text = [&](std::string& text, int root) {
+    int32_t n = int32_t(text.size());
+    world.broadcast(*stream, &n, 1, CommType::i32, root);
+    stream->synchronize();
+    text.resize(size_t(n));
+    world.broadcast(*stream, text.data(), text.size(), CommType::u8, root);
+    stream->synchronize();
+  };
+  const std::string mine = comparable_config(config, extra);
+  std::string lead = mine;
+  broadcast_text(lead, 0);
+  std::string differences;
+  int n_keys = 0;
+  if (lead != mine) {
+    const auto a = config_lines(lead), b = config_lines(mine);
+    std::set<std::string> names;
+    for (const auto& [k, v] : a) names.insert(k);
+    for (const auto& [k, v] : b) names.insert(k);
+    for (const std::string& k : names) {
+      const auto ia = a.find(k), ib = b.find(k);
+      const std::string va = ia == a.end() ? "(none)" : ia->second;
+      const std::string vb = ib == b.end() ? "(none)" : ib->second;
+      if (va == vb) continue;
+      if (++n_keys <= 8) differences += str(n_keys > 1 ? "; " : "", k, " = ", vb, " (rank 0: ", va, ")");
+    }
+    if (n_keys > 8) differences += str("; and ", n_keys - 8, " more");
+  }
+  // Which ranks differ: the first one tells every rank what.
+  std::vector<int32_t> differs(size_t(world.size()), 0);
+  const int32_t here = n_keys > 0 ? 1 : 0;
+  world.all_gather(*stream, differs.data(), &here, 1, CommType::i32);
+  stream->synchronize();
+  int first = -1, count = 0;
+  for (int r = 0; r < world.size(); ++r)
+    if (differs[size_t(r)]) {
+      if (first < 0) first = r;
+      ++count;
+    }
+  if (first < 0) return;
+  broadcast_text(differences, first);
+  fail("train::config",
+       str("rank ", first, " of ", world.size(), " runs with a configuration that differs from rank "
+           "0's: ", differences, count > 1 ? str(" (", count - 1, " other rank(s) differ too)") : ""),
+       "every rank must run the same configuration: the same config file and --set options on "
+       "every node (only offload.nvme_path, train.threads, io.* and log.metrics / log.trace may "
+       "differ)");
+}
 
 struct Trainer::Impl {
   Config cfg;
@@ -185,6 +277,8 @@ struct Trainer::Impl {
         fail("train::metrics", str("cannot open metrics file '", cfg.log.metrics, "' for writing"),
              "check that the directory exists and is writable (log.metrics)");
     }
+    // Before the first collective that depends on the config (the mesh's splits).
+    check_same_config_on_every_rank(cfg, world, {{"--init-from", opt.init_from}, {"--resume", opt.resume}});
     mesh = make_mesh(world, cfg.parallel.dp, cfg.parallel.tp, cfg.parallel.pp);
     dpc = mesh.dp_comm.get();
     rank = mesh.dp_index;

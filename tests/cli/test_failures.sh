@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # One rank's failure ends the job: `mpirun -np 2 strata train` where one rank fails must exit
-# non-zero, promptly, with the failing rank's message — never hang. Three cases:
+# non-zero, promptly, with the failing rank's message — never hang. The cases:
 #   1. an Error on rank 0 only: a metrics file in a directory that does not exist (only rank 0
 #      writes metrics);
 #   2. an Error on rank 1 only: an NVMe read error injected into rank 1's swap file
 #      (STRATA_FAULT=rank=1,fault=nvme_read_error);
 #   3. rank 1 stops responding before step 2 (STRATA_FAULT=rank=1,step=2,fault=hang): rank 0's
 #      watchdog must end the job after parallel.timeout (3 s here), naming the collective, the
-#      step and rank 1 as the rank that did not arrive.
-# and the last two again with two pipeline stages (parallel.pp = 2), where the ranks meet in
-# point-to-point transfers as well as collectives: rank 1's read error must name rank 1's own swap
-# file, and rank 0's watchdog the transfer with rank 1 it waits in.
+#      step and rank 1 as the rank that did not arrive;
+#   4. a configuration that differs on rank 1 (a --set given to it alone): refused at start-up on
+#      every rank, naming the key and both values;
+#   5, 6. cases 2 and 3 with two pipeline stages (parallel.pp = 2), where the ranks also meet in
+#      point-to-point transfers: rank 1's read error must name rank 1's own swap file, and rank
+#      0's watchdog the transfer with rank 1 it waits in.
 # Bounds: the error cases must end within 10 s of the error; the hang case within 10 s after
 # the timeout. Each case's run is bounded by `timeout` (a hang is a failure, not a stuck CI),
 # and its time from launch to exit is printed. Usage: test_failures.sh STRATA MPIEXEC WORK_DIR
@@ -31,17 +33,24 @@ small=(--set model.dim=64 --set model.n_layers=2 --set model.n_heads=4 --set mod
 failures=0
 
 # run_case NAME BOUND_S WANT... -- ARGS...: runs mpirun -np 2 strata ARGS; the job must exit
-# non-zero, in under BOUND_S seconds from launch, and its output must hold every WANT.
+# non-zero, in under BOUND_S seconds from launch, and its output must hold every WANT. ARGS of the
+# form A... : B... give rank 0 the arguments A and rank 1 the arguments B.
 run_case() {
   local name=$1 bound=$2
   shift 2
   local want=()
   while [ "$1" != "--" ]; do want+=("$1"); shift; done
   shift
+  local launch=(-np 2 "$strata" "$@") k
+  for ((k = 1; k <= $#; k++)); do
+    if [ "${!k}" = ":" ]; then
+      launch=(-np 1 "$strata" "${@:1:k-1}" : -np 1 "$strata" "${@:k+1}")
+    fi
+  done
   local out="$work/$name.log" t0 t1 rc
   t0=$(date +%s.%N)
   timeout -k 5 $((bound + 30)) "$mpiexec" --oversubscribe --mca btl self,vader -x STRATA_FAULT \
-    "${export_sanitizers[@]}" -np 2 "$strata" "$@" >"$out" 2>&1
+    "${export_sanitizers[@]}" "${launch[@]}" >"$out" 2>&1
   rc=$?
   t1=$(date +%s.%N)
   local secs
@@ -80,6 +89,13 @@ export STRATA_FAULT=rank=1,step=2,fault=hang
 run_case rank1_stops_responding 30 "rank 0 of 2: \[watchdog\]" "step 2" \
   "ranks that did not arrive: 1" -- \
   train "${small[@]}" --set parallel.timeout=3
+
+# A configuration that differs on one rank (a --set given to rank 1 only) ends the job at start-up
+# on every rank, naming the key and both values, instead of a hang or replicas that drift apart.
+unset STRATA_FAULT
+run_case config_differs_on_rank1 20 "\[train::config\] rank 1 of 2 runs with a configuration" \
+  "train.lr = 0.001 (rank 0: 0.003)" -- \
+  train "${small[@]}" : train "${small[@]}" --set train.lr=1e-3
 
 # Two stages, one rank each, four micro-batches a step (the 1F1B schedule has sends and receives
 # in flight both ways).

@@ -28,6 +28,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "core/error.h"
 #include "comm/comm.h"
 #include "comm/comm_registry.h"
 #include "engine/model.h"
@@ -307,4 +308,40 @@ TEST(Zero3, WeightsWrittenByNRanksLoadAnywhere) {
   EXPECT_NEAR(back.evaluate(), eval_n, 1e-6 * eval_n);
   Trainer back_n(c, world(), opt);  // and N ranks read their own slices
   EXPECT_EQ(back_n.evaluate(), eval_n);
+}
+
+// Every rank must run the same configuration: a key that differs on one rank (here the last) is
+// refused on every rank, before the first collective that depends on it, with the same message
+// naming the rank, the key and both values. Keys that describe only a rank's own machine may differ.
+TEST(Zero3, AConfigThatDiffersBetweenRanksIsRefusedOnEveryRank) {
+  if (world().size() == 1) GTEST_SKIP() << "needs mpirun -np 2 or more";
+  const int last = world().size() - 1;
+  TrainerOptions opt;
+  opt.progress = false;
+  {
+    Config c = base();
+    if (world().rank() == last) c.train.lr = 1e-3f;
+    std::string message;
+    try {
+      Trainer t(c, world(), opt);
+    } catch (const Error& e) {
+      message = e.what();
+    }
+    EXPECT_NE(message.find(str("[train::config] rank ", last, " of ", world().size(),
+                               " runs with a configuration that differs from rank 0's: train.lr = ")),
+              std::string::npos)
+        << message;
+    EXPECT_NE(message.find("(rank 0: 0.005"), std::string::npos) << message;
+  }
+  {
+    Config c = base();
+    c.train.steps = 1;
+    if (world().rank() == last) {
+      c.train.threads = 1;
+      c.io.queue_depth = 4;
+      c.offload.nvme_path = {std::string(STRATA_TEST_WORK_DIR) + "/elsewhere"};
+    }
+    Trainer t(c, world(), opt);
+    EXPECT_EQ(t.train().losses.size(), 1u);
+  }
 }
