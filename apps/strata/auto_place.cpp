@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/size.h"
+#include "engine/trainer.h"
 #include "kernels/device.h"
 
 namespace strata::app {
@@ -93,6 +94,10 @@ nlohmann::json auto_plan_json(const AutoPlan& plan, const MachineRates& rates) {
 }
 
 Config resolve_auto_placement(const Config& cfg, Communicator& world, const AutoArgs& args) {
+  // Every rank takes part in rank 0's choice below only if every rank has "auto" where it has:
+  // a config that differs between ranks is refused here, before that broadcast (the trainer
+  // checks the resolved config again).
+  check_same_config_on_every_rank(cfg, world);
   if (!cfg.offload.any_auto()) return cfg;
   const int dp = cfg.parallel.dp ? cfg.parallel.dp : world.size() / (cfg.parallel.tp * cfg.parallel.pp);
   int32_t tiers[3] = {0, 0, 0};
