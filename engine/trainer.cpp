@@ -221,6 +221,8 @@ struct Trainer::Impl {
   std::unique_ptr<WindowSampler> train_windows, eval_windows;
   HostBatch host[2];
   Buffer loss_host;  // grad_accum doubles
+  Buffer stop_flag;  // any_rank_asks_to_stop's all-reduce (host memory)
+  int stopped_by = 0;  // > 0: every rank ends the run after the current step (the reason)
   std::ofstream metrics;
   int rank = 0, dp = 1;
   int64_t steps_done = 0;
@@ -734,7 +736,8 @@ struct Trainer::Impl {
       r.mfu = r.tokens_per_s * model->train_flops_per_token(T) / (opt.peak_flops * world.size());
     ++steps_done;
     windows_done += G;
-    const bool last = r.step == cfg.train.steps || r.step == opt.stop_after;
+    if (opt.stop_requested && !stopped_by) stopped_by = any_rank_asks_to_stop();
+    const bool last = r.step == cfg.train.steps || r.step == opt.stop_after || stopped_by > 0;
     if (writer && (r.step % cfg.checkpoint.every == 0 || last)) {
       auto tc = Clock::now();
       save_checkpoint(r.step);
@@ -742,6 +745,20 @@ struct Trainer::Impl {
       r.checkpoint_saved = r.step;
     }
     return r;
+  }
+
+  // The largest TrainerOptions::stop_requested() over the ranks (every rank asks after the same
+  // step, so all of them agree on stopping after it).
+  int any_rank_asks_to_stop() {
+    const int mine = std::max(0, opt.stop_requested());
+    if (world.size() == 1) return mine;
+    if (!stop_flag) stop_flag = (host_device ? *host_device : *device).alloc_host(8, true, "stop flag");
+    double* h = stop_flag.as<double>();
+    h[0] = double(mine);
+    Stream& hs = host_stream ? *host_stream : *comm;
+    world.all_reduce(hs, h, 1, CommType::f64, ReduceOp::max);
+    hs.synchronize();
+    return int(h[0]);
   }
 
   // Hands this step's states to the writer (synchronously when checkpoint.async = false).
@@ -801,7 +818,8 @@ struct Trainer::Impl {
   }
 
   bool logged_step(const StepRecord& r) const {
-    return (r.step % cfg.log.every == 0) || r.step == cfg.train.steps || r.step == 1 || r.eval_loss >= 0;
+    return (r.step % cfg.log.every == 0) || r.step == cfg.train.steps || r.step == 1 || r.eval_loss >= 0 ||
+           stopped_by > 0;
   }
 
   // Largest device peak over all ranks (collective: every rank calls it on logged steps).
@@ -1047,6 +1065,10 @@ TrainSummary Trainer::train() {
     }
     m.log_step(r);
     if (m.opt.on_step) m.opt.on_step(r);
+    if (m.stopped_by) {
+      s.stopped_by = m.stopped_by;
+      break;
+    }
   }
   m.zero->finish_step();  // the last step's overlapped update (its error, if any, is the run's)
   if (m.writer) m.writer->wait();  // every save is committed before the run reports
@@ -1057,12 +1079,15 @@ TrainSummary Trainer::train() {
             (m.opt.peak_flops * m.world.size());
   s.device_peak_bytes_here = m.device->memory().peak_bytes;
   s.device_peak_bytes = m.device_peak_over_ranks();
-  if (m.cfg.eval.batches > 0) s.eval_loss = m.last_eval_step == m.steps_done ? m.last_eval_loss : m.evaluate();
+  // A stopped run ends as soon as its checkpoint is committed: no evaluation of its own.
+  if (m.cfg.eval.batches > 0 && !s.stopped_by)
+    s.eval_loss = m.last_eval_step == m.steps_done ? m.last_eval_loss : m.evaluate();
   if (s.eval_loss >= 0 && (s.best_eval_step < 0 || s.eval_loss < s.best_eval_loss)) {
     s.best_eval_loss = s.eval_loss;
     s.best_eval_step = m.steps_done;
   }
   s.host_peak_rss_bytes = peak_rss_bytes();
+  s.last_step = m.steps_done;
   return s;
 }
 

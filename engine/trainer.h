@@ -64,6 +64,8 @@ struct TrainSummary {
   uint64_t device_peak_bytes = 0;       // largest over ranks
   uint64_t device_peak_bytes_here = 0;  // this rank's (a pipeline stage's own)
   uint64_t host_peak_rss_bytes = 0;
+  int stopped_by = 0;  // > 0: ended early by TrainerOptions::stop_requested (its reason)
+  int64_t last_step = 0;  // the step the run ended after
 };
 
 struct TrainerOptions {
@@ -74,6 +76,12 @@ struct TrainerOptions {
   // End the run after this step (> 0), as an interruption would — after saving it when
   // checkpoint.dir is set; the LR schedule still spans train.steps. 0: run to train.steps.
   int64_t stop_after = 0;
+  // Polled on every rank after every step: 0 to go on, or a positive reason (apps/strata: the
+  // number of a SIGTERM, SIGINT or SIGUSR1 that arrived). When it is positive on any rank, every
+  // rank ends the run after that same step, saved like stop_after's when checkpoint.dir is set,
+  // and TrainSummary::stopped_by is the largest reason over the ranks. Agreeing costs one 8-byte
+  // all-reduce over the world per step (none on one rank). Empty: never polled.
+  std::function<int()> stop_requested;
   double peak_flops = 0;        // denominator of MFU; 0 = no MFU
   bool progress = true;         // progress line / log lines on stderr (rank 0)
   CpuOpsMode cpu_ops = CpuOpsMode::fast;  // the scalar reference ops instead (tests)

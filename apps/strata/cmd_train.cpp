@@ -1,6 +1,11 @@
 // apps/strata/cmd_train.cpp — `strata train`: run the training loop on the config (the built-in
 // default when no arguments are given), print a summary, optionally write the final weights.
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 
 #include "apps/strata/auto_place.h"
@@ -23,12 +28,59 @@ struct TrainArgs {
   AutoArgs auto_args;
 };
 
+// A run stopped from outside: SIGTERM (a batch scheduler's preemption or time limit, srun,
+// kill), SIGINT (Ctrl-C) or SIGUSR1 (what mpirun forwards to its ranks: it answers SIGTERM and
+// SIGINT by killing the job within seconds). The first one asks the trainer to stop after the
+// step in progress, saved when checkpoint.dir is set; the handler is reset by it, so a second one
+// ends the process at once.
+std::atomic<int> g_stop_signal{0};
+
+extern "C" void on_stop_signal(int sig) {
+  g_stop_signal.store(sig);
+  const char* text =
+      sig == SIGINT ? "\nstrata: SIGINT: stopping after this step (a second one ends the run now)\n"
+      : sig == SIGTERM ? "strata: SIGTERM: stopping after this step (a second one ends the run now)\n"
+                       : "strata: SIGUSR1: stopping after this step (a second one ends the run now)\n";
+  [[maybe_unused]] ssize_t n = ::write(STDERR_FILENO, text, std::strlen(text));
+}
+
+// Installs on_stop_signal for the three signals while it lives; puts back what was there. A
+// signal this process was started with ignored stays ignored (nohup's SIGHUP-like intent; a
+// shell's background job ignores SIGINT).
+class StopSignals {
+ public:
+  StopSignals() {
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESETHAND;  // the second signal takes the default action: the process ends
+    for (size_t i = 0; i < 3; ++i) {
+      ::sigaction(kSignals[i], nullptr, &old_[i]);
+      if (old_[i].sa_handler != SIG_IGN) ::sigaction(kSignals[i], &sa, nullptr);
+    }
+  }
+  ~StopSignals() {
+    for (size_t i = 0; i < 3; ++i) ::sigaction(kSignals[i], &old_[i], nullptr);
+  }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+ private:
+  static constexpr int kSignals[3] = {SIGTERM, SIGINT, SIGUSR1};
+  struct sigaction old_[3] {};
+};
+
+const char* signal_name(int sig) {
+  return sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : sig == SIGUSR1 ? "SIGUSR1" : "a signal";
+}
+
 void run_train(const TrainArgs& a) {
   Config cfg = a.resume.empty() ? load(a.config) : load_for_resume(a.config, a.resume);
   auto world = make_world();
   // "auto" tiers are chosen before anything is allocated (apps/strata/auto_place.h).
   cfg = resolve_auto_placement(cfg, *world, a.auto_args);
   std::unique_ptr<Trainer> trainer;  // outlives the catch below: see end_job_if_peers
+  int stopped_by = 0;                 // a stop signal's number (every rank the same)
   try {
     TrainerOptions opt;
     opt.init_from = a.config.init_from;
@@ -37,6 +89,7 @@ void run_train(const TrainArgs& a) {
     if (opt.peak_flops <= 0) opt.peak_flops = measure_gemm_flops(0.3);
     if (!a.out.empty()) parse_dtype(a.out_dtype);  // fail before training, not after
     apply_fault_hooks(world->rank(), opt);
+    opt.stop_requested = [] { return g_stop_signal.load(); };
     trainer = std::make_unique<Trainer>(cfg, *world, opt);
     const bool lead = world->rank() == 0;
     const ModelConfig& model = trainer->config().model;  // --init-from's, when given
@@ -51,10 +104,25 @@ void run_train(const TrainArgs& a) {
                   cfg.log.peak_flops > 0 ? ", log.peak_flops" : ", measured now");
       std::fflush(stdout);
     }
-    TrainSummary s = trainer->train();
-    if (!a.out.empty()) {
+    TrainSummary s;
+    {
+      StopSignals signals;
+      s = trainer->train();
+    }
+    stopped_by = s.stopped_by;
+    if (!a.out.empty() && !stopped_by) {
       std::filesystem::create_directories(a.out);
       trainer->save(a.out, a.out_dtype);
+    }
+    if (lead && stopped_by) {
+      std::printf("stopped by %s after step %lld of %lld", signal_name(stopped_by),
+                  (long long)s.last_step, (long long)cfg.train.steps);
+      if (!cfg.checkpoint.dir.empty())
+        std::printf("; its checkpoint is in %s: continue with strata train --resume %s\n",
+                    cfg.checkpoint.dir.c_str(), cfg.checkpoint.dir.c_str());
+      else
+        std::printf("; no checkpoint.dir, so nothing was saved\n");
+      if (!a.out.empty()) std::printf("      --out %s not written: the run did not finish\n", a.out.c_str());
     }
     if (!lead) return;
     std::printf("done: %d steps in %.1f s | loss %.4f -> %.4f", int(s.losses.size()), s.seconds,
@@ -65,7 +133,7 @@ void run_train(const TrainArgs& a) {
     std::printf("\n      %.0f tokens/s | MFU %.1f%% | device peak %s | host peak RSS %s\n",
                 s.tokens_per_s, 100.0 * s.mfu, format_bytes(s.device_peak_bytes).c_str(),
                 format_bytes(s.host_peak_rss_bytes).c_str());
-    if (!a.out.empty()) std::printf("      weights written to %s\n", a.out.c_str());
+    if (!a.out.empty() && !stopped_by) std::printf("      weights written to %s\n", a.out.c_str());
     const CheckpointStats cs = trainer->checkpoint_stats();
     if (cs.step > 0)
       std::printf("      checkpoint step_%lld in %s: %s from this rank in %.1f s (%.2f GB/s), committed in %.2f s\n",
@@ -76,6 +144,8 @@ void run_train(const TrainArgs& a) {
     end_job_if_peers(e);
     throw;
   }
+  // Every rank stopped after the same step: the exit status of a process a signal ended.
+  if (stopped_by) throw CLI::RuntimeError(128 + stopped_by);
 }
 
 }  // namespace

@@ -6,7 +6,8 @@
 # is refused by `checkpoint inspect` and by `--resume`, naming the file and both hashes; ENOSPC
 # while saving ends the run with exit 1 and leaves the previous checkpoint as it was; and the
 # same kill in one rank of an mpirun job; a tp 2 checkpoint inspected, exported and resumed
-# by one process. Usage: test_checkpoint_faults.sh STRATA MPIEXEC WORK
+# by one process; a run stopped by SIGTERM (one process) or SIGUSR1 (to mpirun) saves the step it
+# ends after. Usage: test_checkpoint_faults.sh STRATA MPIEXEC WORK
 set -u
 strata=$1
 mpiexec=$2
@@ -175,6 +176,67 @@ io_error_case() {
 }
 io_error_case checkpoint_enospc "No space left on device"
 io_error_case checkpoint_eio "Input/output error"
+
+# A run stopped from outside: `strata train` (or mpirun, which forwards SIGUSR1 to its ranks)
+# gets SIG once it has logged a few steps; it must end after the step in progress within 30 s,
+# exit 128 + SIG, say so, and save that step though checkpoint.every is far off; `latest` then names
+# it, it verifies, and a resume starts at the step after it. (Bit-exactness of such a resume:
+# tests/engine/test_checkpoint.cpp, AStopAskedOnOneRank....)
+# signal_case NAME SIG CODE [RANKS]
+signal_case() {
+  local name=$1 sig=$2 code=$3 ranks=${4:-1}
+  local root="$work/$name" launch=()
+  [ "$ranks" -gt 1 ] && launch=("$mpiexec" --oversubscribe --mca btl self,vader "${export_sanitizers[@]}" -np "$ranks")
+  local long=("${small[@]}" --set train.steps=1000000 --set checkpoint.every=1000000)
+  "${launch[@]}" "$strata" train "${long[@]}" --set "checkpoint.dir=$root" --set "log.metrics=$root.jsonl" \
+    >"$root.log" 2>&1 &
+  local pid=$! waited=0
+  until [ -s "$root.jsonl" ] && [ "$(wc -l <"$root.jsonl")" -ge 3 ]; do
+    sleep 0.1; waited=$((waited + 1))
+    if [ $waited -ge 600 ] || ! kill -0 $pid 2>/dev/null; then
+      kill -9 $pid 2>/dev/null; fail "$name: the run did not log 3 steps in 60 s"; cat "$root.log"; return
+    fi
+  done
+  kill -"$sig" $pid
+  waited=0
+  while kill -0 $pid 2>/dev/null; do
+    sleep 0.1; waited=$((waited + 1))
+    if [ $waited -ge 300 ]; then
+      kill -9 $pid; fail "$name: still running 30 s after SIG$sig"; cat "$root.log"; return
+    fi
+  done
+  wait $pid
+  local rc=$?
+  [ $rc -eq "$code" ] || { fail "$name: exit $rc, want $code"; cat "$root.log"; return; }
+  local step
+  step=$(grep -o "stopped by SIG$sig after step [0-9]*" "$root.log" | grep -o '[0-9]*$')
+  [ -n "$step" ] || { fail "$name: the run does not say it stopped"; cat "$root.log"; return; }
+  [ "$(cat "$root/latest" 2>/dev/null)" = "step_$step" ] ||
+    { fail "$name: latest is '$(cat "$root/latest" 2>/dev/null)', want step_$step"; ls "$root"; return; }
+  "$strata" checkpoint inspect "$root" >"$root.inspect" 2>&1 || { fail "$name: inspect failed"; cat "$root.inspect"; return; }
+  # Resume, then stop it the same way: its first step is the one after the saved step.
+  local before
+  before=$(wc -l <"$root.jsonl")
+  "${launch[@]}" "$strata" train --resume "$root" >"$root.resume.log" 2>&1 &
+  pid=$!
+  waited=0
+  until [ "$(wc -l <"$root.jsonl")" -gt "$before" ]; do
+    sleep 0.1; waited=$((waited + 1))
+    if [ $waited -ge 600 ] || ! kill -0 $pid 2>/dev/null; then
+      kill -9 $pid 2>/dev/null; fail "$name: the resumed run logged no step in 60 s"; cat "$root.resume.log"; return
+    fi
+  done
+  kill -"$sig" $pid
+  wait $pid
+  local first
+  first=$(sed -n "$((before + 1))p" "$root.jsonl" | grep -o '"step":[0-9]*' | grep -o '[0-9]*$')
+  [ "$first" = "$((step + 1))" ] || { fail "$name: the resumed run began at step '$first', want $((step + 1))"; return; }
+  echo "ok: $name: SIG$sig ended the run after step $step with exit $rc; step_$step saved, resumed at $first"
+}
+signal_case sigterm TERM 143
+if [ -x "$(command -v "$mpiexec")" ]; then
+  signal_case sigusr1_mpi2 USR1 138 2
+fi
 
 if [ $failures -ne 0 ]; then
   echo "$failures case(s) failed"

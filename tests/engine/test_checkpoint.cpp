@@ -583,6 +583,46 @@ TEST(Checkpoint, AnIoErrorWhileSavingEndsTheRunAndKeepsThePreviousCheckpoint) {
 // Resharding: under mpirun -np 4, ranks 0 and 1 write a checkpoint as a 2-rank job; all four
 // resume from it (dp 4), and rank 0 alone resumes it (dp 1) — each with the same global batch —
 // and each matches the uninterrupted 2-rank run within 1e-5 relative.
+// TrainerOptions::stop_requested (strata train's SIGTERM, SIGINT, SIGUSR1) asked on one rank only,
+// the last, after step 4: every rank ends the run after that same step with the same reason, step
+// 4 is saved though checkpoint.every is 100, and resuming from it gives the uninterrupted run's
+// losses and weights bit for bit.
+TEST(Checkpoint, AStopAskedOnOneRankEndsEveryRankAfterTheSameStepAndResumesBitExact) {
+  Config c = base();
+  const Result straight = run(c, world());
+  const std::string root = shared_dir("stop_signal", world());
+  Config first = c;
+  first.checkpoint.dir = root;
+  first.checkpoint.every = 100;
+  TrainerOptions stop;
+  stop.progress = false;
+  int polls = 0;
+  stop.stop_requested = [&] {
+    ++polls;  // once after every step
+    return world().rank() == world().size() - 1 && polls >= 4 ? 15 : 0;
+  };
+  TrainSummary s;
+  {
+    Trainer t(first, world(), stop);
+    s = t.train();
+  }
+  EXPECT_EQ(polls, 4);
+  EXPECT_EQ(s.stopped_by, 15);
+  EXPECT_EQ(s.last_step, 4);
+  ASSERT_EQ(s.losses.size(), 4u);
+  EXPECT_TRUE(fs::exists(root + "/step_4/manifest.json"));
+  TrainerOptions opt;
+  opt.resume = root;
+  Config second = c;
+  second.checkpoint.dir = root;
+  second.checkpoint.every = 100;
+  const Result b = run(second, world(), opt);
+  std::vector<double> losses = s.losses;
+  losses.insert(losses.end(), b.losses.begin(), b.losses.end());
+  EXPECT_EQ(losses, straight.losses);
+  EXPECT_TRUE(b.weights == straight.weights) << "final weights differ after resume";
+}
+
 TEST(Checkpoint, ACheckpointOfTwoRanksResumesOnFourAndOnOne) {
   if (world().size() != 4) GTEST_SKIP() << "needs mpirun -np 4";
   Config c = base();
