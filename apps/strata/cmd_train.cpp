@@ -53,7 +53,9 @@ class StopSignals {
     struct sigaction sa {};
     sa.sa_handler = on_stop_signal;
     sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESETHAND;  // the second signal takes the default action: the process ends
+    // SA_RESETHAND: the second signal takes the default action, the process ends. SA_RESTART:
+    // system calls the signal interrupts resume (the I/O paths handle EINTR as well).
+    sa.sa_flags = SA_RESETHAND | SA_RESTART;
     for (size_t i = 0; i < 3; ++i) {
       ::sigaction(kSignals[i], nullptr, &old_[i]);
       if (old_[i].sa_handler != SIG_IGN) ::sigaction(kSignals[i], &sa, nullptr);
