@@ -255,7 +255,10 @@ const std::vector<Key>& keys() {
       {STRATA_CONFIG_KEY(offload, nvme_path), Kind::string_list,
        "one directory per NVMe device (TOML array; comma-separated in --set)"},
       {STRATA_CONFIG_KEY(offload, prefetch), Kind::integer,
-       "units of compute copy read ahead from NVMe (bounded by the pinned budget)",
+       "units of compute copy read ahead from NVMe (bounded by the pinned budget); with the "
+       "optimizer step overlapped, offload.prefetch + 1 more shards hold compute copies the "
+       "optimizer refreshed, which the next forward gathers without reading them back (where the "
+       "budget leaves room)",
        between(0, 64)},
       {STRATA_CONFIG_KEY(offload, optimizer_chunk), Kind::size,
        "bytes per chunk of the NVMe optimizer pipeline", between(4096, 4.0 * GiB)},
@@ -1198,11 +1201,11 @@ std::string config_reference_markdown() {
          "`parallel.pp <= model.n_layers + 2`.\n";
   out += "- `parallel.sequence_parallel` needs `data.micro_batch x data.seq_len` to be a multiple "
          "of `parallel.tp`.\n";
-  out += "- Every rank of a job runs the same configuration (and the same `--init-from` / "
-         "`--resume`): at start-up rank 0's is compared with every rank's, and a key that differs "
-         "stops the job on every rank, naming the rank, the key and both values. Only keys that "
-         "describe a rank's own machine may differ: `offload.nvme_path`, `train.threads`, `io.*`, "
-         "`log.metrics` and `log.trace`.\n";
+  out += "- Every rank of a job runs the same configuration (with `--init-from`, the model its "
+         "folder describes): at start-up rank 0's is compared with every rank's, and a key that "
+         "differs stops the job on every rank, naming the rank, the key and both values. Only keys "
+         "that describe a rank's own machine may differ: `offload.nvme_path`, `train.threads`, "
+         "`io.*`, `log.metrics` and `log.trace`.\n";
   return out;
 }
 

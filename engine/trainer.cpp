@@ -97,8 +97,7 @@ bool rank_local_key(std::string_view key) {
 
 // One "key=value" line per compared key, sorted (the JSON of config_to_json: numbers as they
 // round-trip, so 1e-3 and 0.001 agree).
-std::string comparable_config(const Config& config,
-                              const std::vector<std::pair<std::string, std::string>>& extra) {
+std::string comparable_config(const Config& config) {
   std::map<std::string, std::string> lines;
   const nlohmann::json all = config_to_json(config);
   for (const auto& [section, keys] : all.items())
@@ -106,7 +105,6 @@ std::string comparable_config(const Config& config,
       std::string name = section + "." + key;
       if (!rank_local_key(name)) lines[name] = value.dump();
     }
-  for (const auto& [name, value] : extra) lines[name] = nlohmann::json(value).dump();
   std::string out;
   for (const auto& [name, value] : lines) out += name + "=" + value + "\n";
   return out;
@@ -125,9 +123,7 @@ std::map<std::string, std::string> config_lines(const std::string& text) {
 
 }  // namespace
 
-void check_same_config_on_every_rank(
-    const Config& config, Communicator& world,
-    const std::vector<std::pair<std::string, std::string>>& extra) {
+void check_same_config_on_every_rank(const Config& config, Communicator& world) {
   if (world.size() == 1) return;
   auto dev = make_device(DeviceKind::cpu);
   auto stream = dev->make_stream("config check");
@@ -140,7 +136,7 @@ void check_same_config_on_every_rank(
     world.broadcast(*stream, text.data(), text.size(), CommType::u8, root);
     stream->synchronize();
   };
-  const std::string mine = comparable_config(config, extra);
+  const std::string mine = comparable_config(config);
   std::string lead = mine;
   broadcast_text(lead, 0);
   std::string differences;
@@ -279,8 +275,16 @@ struct Trainer::Impl {
         fail("train::metrics", str("cannot open metrics file '", cfg.log.metrics, "' for writing"),
              "check that the directory exists and is writable (log.metrics)");
     }
-    // Before the first collective that depends on the config (the mesh's splits).
-    check_same_config_on_every_rank(cfg, world, {{"--init-from", opt.init_from}, {"--resume", opt.resume}});
+    if (!opt.init_from.empty() && opt.resume.empty()) {
+      const int loss_chunk = cfg.model.loss_chunk;  // a run setting, not the architecture's
+      cfg.model = read_hf_config(opt.init_from);
+      cfg.model.loss_chunk = loss_chunk;
+      validate(cfg);
+    }
+    // Before the first collective that depends on the config (the mesh's splits), and after
+    // --init-from's model is read: the ranks compare what they will train (each may read the
+    // model from a folder of its own, a node-local copy).
+    check_same_config_on_every_rank(cfg, world);
     mesh = make_mesh(world, cfg.parallel.dp, cfg.parallel.tp, cfg.parallel.pp);
     dpc = mesh.dp_comm.get();
     rank = mesh.dp_index;
@@ -289,12 +293,6 @@ struct Trainer::Impl {
     if (cfg.train.threads > 0)
       threads = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism,
                                                       size_t(cfg.train.threads));
-    if (!opt.init_from.empty() && opt.resume.empty()) {
-      const int loss_chunk = cfg.model.loss_chunk;  // a run setting, not the architecture's
-      cfg.model = read_hf_config(opt.init_from);
-      cfg.model.loss_chunk = loss_chunk;
-    }
-    validate(cfg);
     pp = mesh.pp;
     stage = mesh.pp_index;
     stages = pipeline_partition(cfg);  // {all units} with pp = 1
@@ -728,6 +726,7 @@ struct Trainer::Impl {
     r.traffic.nvme_wait_ms += opt_traffic.nvme_wait_ms;
     r.traffic.update_wait_ms += opt_traffic.update_wait_ms;
     r.traffic.read_ahead_bytes += opt_traffic.read_ahead_bytes;
+    r.traffic.handoff_bytes += opt_traffic.handoff_bytes;
     r.traffic.h2d_bytes += opt_traffic.h2d_bytes;
     r.traffic.d2h_bytes += opt_traffic.d2h_bytes;
     r.step_ms = ms_since(t0);
@@ -896,7 +895,8 @@ struct Trainer::Impl {
             {"write_gbps", rate(r.traffic.nvme_write_bytes, r.traffic.nvme_busy_ms)},
             {"busy_ms", r.traffic.nvme_busy_ms},
             {"wait_ms", r.traffic.nvme_wait_ms},
-            {"read_ahead_bytes", r.traffic.read_ahead_bytes}}},
+            {"read_ahead_bytes", r.traffic.read_ahead_bytes},
+            {"handoff_bytes", r.traffic.handoff_bytes}}},
           {"links", {{"h2d_bytes", r.traffic.h2d_bytes}, {"d2h_bytes", r.traffic.d2h_bytes}}},
       };
       if (writer) {

@@ -13,7 +13,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -104,13 +103,12 @@ struct TrainerOptions {
 // file that differs between nodes, a --set given to one rank only) makes the ranks' collectives
 // disagree, a hang until parallel.timeout, or lets the replicas drift apart in silence (a learning
 // rate that differs). Collective over `world` (nothing to do with one rank): rank 0's effective
-// configuration, and `extra` (name=value pairs such as the run's --init-from), is broadcast and
-// compared key by key; when any rank's differs, every rank throws the same Error naming the first
-// such rank, its differing keys and both values. Keys that only describe a rank's own machine may
-// differ: offload.nvme_path, train.threads, io.*, log.metrics and log.trace.
-void check_same_config_on_every_rank(
-    const Config& config, Communicator& world,
-    const std::vector<std::pair<std::string, std::string>>& extra = {});
+// configuration is broadcast and compared key by key; when any rank's differs, every rank throws
+// the same Error naming the first such rank, its differing keys and both values. Keys that only
+// describe a rank's own machine may differ: offload.nvme_path, train.threads, io.*, log.metrics
+// and log.trace. (Paths given outside the config, --init-from and --resume, may differ too: the
+// trainer compares the model --init-from's folder describes.)
+void check_same_config_on_every_rank(const Config& config, Communicator& world);
 
 class Trainer {
  public:
