@@ -255,10 +255,7 @@ const std::vector<Key>& keys() {
       {STRATA_CONFIG_KEY(offload, nvme_path), Kind::string_list,
        "one directory per NVMe device (TOML array; comma-separated in --set)"},
       {STRATA_CONFIG_KEY(offload, prefetch), Kind::integer,
-       "units of compute copy read ahead from NVMe (bounded by the pinned budget); with the "
-       "optimizer step overlapped, offload.prefetch + 1 more shards hold compute copies the "
-       "optimizer refreshed, which the next forward gathers without reading them back (where the "
-       "budget leaves room)",
+       "units of compute copy read ahead from NVMe (bounded by the pinned budget)",
        between(0, 64)},
       {STRATA_CONFIG_KEY(offload, optimizer_chunk), Kind::size,
        "bytes per chunk of the NVMe optimizer pipeline", between(4096, 4.0 * GiB)},

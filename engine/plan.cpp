@@ -146,11 +146,6 @@ MemoryPlan plan_memory(const Config& c, int dp, const PlanMachine& machine, int 
   if (staging.param_shards)
     row(Tier::host, str("NVMe parameter read-ahead staging (", staging.param_shards, " shards)"),
         staging.param_need(), true);
-  if (staging.handoff_shards)
-    row(Tier::host,
-        str("NVMe compute copies handed from the optimizer to the forward (",
-            staging.handoff_shards, " shards)"),
-        staging.handoff_need(), true);
 
   // Checks.
   const uint64_t device_need = p.device_bytes();

@@ -726,7 +726,6 @@ struct Trainer::Impl {
     r.traffic.nvme_wait_ms += opt_traffic.nvme_wait_ms;
     r.traffic.update_wait_ms += opt_traffic.update_wait_ms;
     r.traffic.read_ahead_bytes += opt_traffic.read_ahead_bytes;
-    r.traffic.handoff_bytes += opt_traffic.handoff_bytes;
     r.traffic.h2d_bytes += opt_traffic.h2d_bytes;
     r.traffic.d2h_bytes += opt_traffic.d2h_bytes;
     r.step_ms = ms_since(t0);
@@ -895,8 +894,7 @@ struct Trainer::Impl {
             {"write_gbps", rate(r.traffic.nvme_write_bytes, r.traffic.nvme_busy_ms)},
             {"busy_ms", r.traffic.nvme_busy_ms},
             {"wait_ms", r.traffic.nvme_wait_ms},
-            {"read_ahead_bytes", r.traffic.read_ahead_bytes},
-            {"handoff_bytes", r.traffic.handoff_bytes}}},
+            {"read_ahead_bytes", r.traffic.read_ahead_bytes}}},
           {"links", {{"h2d_bytes", r.traffic.h2d_bytes}, {"d2h_bytes", r.traffic.d2h_bytes}}},
       };
       if (writer) {

@@ -90,16 +90,6 @@ PinnedStaging pinned_staging(const LlamaModel& model, const Placement& p, uint64
       fit = pinned_mem_limit > taken ? (pinned_mem_limit - taken) / s.param_shard_bytes : 0;
     }
     s.param_shards = int(std::clamp<uint64_t>(fit, 1, want));
-    // The overlapped step's hand-off (a compute copy of its own, not the master itself): as
-    // many again, in what the budget leaves after the rest.
-    if (p.overlapped_step() && !p.param_is_master()) {
-      uint64_t room = want;
-      if (pinned_mem_limit) {
-        const uint64_t taken = s.chunk_need() + s.ahead_need() + s.param_need();
-        room = pinned_mem_limit > taken ? (pinned_mem_limit - taken) / s.param_shard_bytes : 0;
-      }
-      s.handoff_shards = int(std::min<uint64_t>(room, want));
-    }
   }
   return s;
 }
@@ -124,7 +114,6 @@ ZeroOptions zero_options(const Config& cfg) {
   p.grad_accum = cfg.train.grad_accum;
   p.optimizer_chunk = cfg.offload.optimizer_chunk;
   p.optimizer_read_ahead = cfg.offload.overlap_optimizer ? cfg.offload.optimizer_read_ahead : 0;
-  p.overlap_optimizer = cfg.offload.overlap_optimizer;
   zo.nvme_path = cfg.offload.nvme_path;
   zo.pinned_mem_limit = cfg.offload.pinned_mem_limit;
   zo.nvme_prefetch = cfg.offload.prefetch;
@@ -144,8 +133,6 @@ ZeroEngine::Impl::Impl(const LlamaModel& model, Device& device, Communicator& dp
       compute_(compute), comm_(comm), reduce_(reduce), opt_(options),
       grads_tier_(options.placement.grads_tier()) {
   dp_reduce_->set_name(dp.name() + " (reductions)");
-  // One source of truth for the staging reckoning (pinned_staging) and the step (overlapped_step).
-  opt_.placement.overlap_optimizer = opt_.overlap_optimizer;
   if (opt_.test_hooks) adam_isa_ = opt_.test_hooks->adam_isa;
   STRATA_CHECK(model.unit(0).layout.dp() == dp.size(), "zero::init", "layouts finalized for dp=",
                model.unit(0).layout.dp(), " but the data-parallel group has ", dp.size(), " ranks");
@@ -306,16 +293,11 @@ ZeroEngine::Impl::Impl(const LlamaModel& model, Device& device, Communicator& dp
   if (staging.param_shards)
     param_pool_ = std::make_unique<PinnedPool>(device, 0, staging.param_shard_bytes,
                                                staging.param_shards, "parameter", opt_.timeout_s);
-  if (staging.handoff_shards)
-    handoff_pool_ = std::make_unique<PinnedPool>(device, 0, staging.param_shard_bytes,
-                                                 staging.handoff_shards, "compute-copy hand-off",
-                                                 opt_.timeout_s);
   // The pools feed the NVMe queue: register them with it once (io_uring fixed buffers). The
   // swapper unregisters them when it stops, before the pools are freed (members' order).
   if (swapper_) {
     std::vector<std::span<std::byte>> staging;
-    for (const PinnedPool* pool :
-         {chunk_pool_.get(), ahead_pool_.get(), param_pool_.get(), handoff_pool_.get()})
+    for (const PinnedPool* pool : {chunk_pool_.get(), ahead_pool_.get(), param_pool_.get()})
       if (pool) staging.push_back(pool->memory());
     if (!staging.empty()) swapper_->register_buffers(staging);
   }
@@ -446,7 +428,6 @@ ZeroMemory ZeroEngine::Impl::memory() const {
   for (const auto& sl : param_slots_) m.gathered_bytes += sl.full.bytes() + sl.full16.bytes() + sl.shard.bytes();
   for (const auto& sl : grad_slots_) m.gathered_bytes += sl.full.bytes();
   if (param_pool_) m.pinned_bytes += param_pool_->bytes();
-  if (handoff_pool_) m.pinned_bytes += handoff_pool_->bytes();
   if (chunk_pool_) m.pinned_bytes += chunk_pool_->bytes();
   if (ahead_pool_) m.pinned_bytes += ahead_pool_->bytes();
   return m;

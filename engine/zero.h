@@ -100,18 +100,11 @@ struct PinnedStaging {
   // NVMe parameter read-ahead: offload.prefetch + 1 shards, or as many whole shards as the budget
   // leaves after the optimizer's pools, and at least one (minimum() checks that one fits).
   int param_shards = 0;
-  // With the optimizer step overlapped (a worker updates the units while the next forward runs):
-  // shards in which the worker leaves each unit's refreshed compute copy, so that the forward
-  // gathers it from memory instead of reading back what the worker has just written to NVMe
-  // (offload.prefetch + 1, as many as the budget leaves after the pools above; 0 is fine: the
-  // forward then reads the copy back).
-  int handoff_shards = 0;
 
   uint64_t chunk_need() const { return uint64_t(chunk_buffers) * chunk_bytes; }
   uint64_t ahead_need() const { return uint64_t(ahead_buffers) * chunk_bytes; }
   uint64_t param_need() const { return uint64_t(param_shards) * param_shard_bytes; }
-  uint64_t handoff_need() const { return uint64_t(handoff_shards) * param_shard_bytes; }
-  uint64_t total() const { return chunk_need() + ahead_need() + param_need() + handoff_need(); }
+  uint64_t total() const { return chunk_need() + ahead_need() + param_need(); }
   // What a rank cannot run without: both optimizer pools whole and one parameter shard.
   uint64_t minimum() const { return chunk_need() + ahead_need() + param_shard_bytes; }
 };
@@ -140,8 +133,6 @@ struct ZeroTraffic {
   double update_wait_ms = 0;     // passes waited for an overlapped optimizer step's updates
   uint64_t read_ahead_bytes = 0; // optimizer states whose NVMe read was submitted ahead of their
                                  // update (offload.optimizer_read_ahead; in nvme_read_bytes too)
-  uint64_t handoff_bytes = 0;    // compute copy a gather took from the optimizer's hand-off
-                                 // instead of reading it back from NVMe (not in nvme_read_bytes)
 };
 
 class ZeroEngine {

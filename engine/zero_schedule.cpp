@@ -83,16 +83,6 @@ void ZeroEngine::Impl::fetch_param(int u) {
   Unit& s = units_[size_t(u)];
   const Shard& src = param_shard(s);
   if (src.tier != Tier::nvme || s.gather != GatherState::idle || update_pending(u)) return;
-  if (job_) {  // the optimizer's worker left the refreshed copy in memory: nothing to read
-    std::lock_guard<std::mutex> lock(job_->mu);
-    if (!job_->handoff.empty() && job_->handoff[size_t(u)]) {
-      s.fetch_lease = std::exchange(job_->handoff[size_t(u)], {});
-      s.fetch_handoff = true;
-      s.gather = GatherState::fetching;
-      traffic_.handoff_bytes += src.bytes;
-      return;
-    }
-  }
   s.fetch_lease = param_pool_->acquire();
   // Urgent: a pass waits on it, while the optimizer's state reads and writes may be queued.
   s.fetch_ticket = swapper_->submit({swap_->request(IoOp::read, src.key, s.fetch_lease.data, src.bytes)},
@@ -123,7 +113,7 @@ void ZeroEngine::Impl::prefetch(int u, bool hint) {
   // it exists (the hang of offload.prefetch=0 waited for a read that was never issued).
   if (ps.tier == Tier::nvme) {
     fetch_param(u);
-    if (s.gather != GatherState::fetching || (s.fetch_ticket == 0) != s.fetch_handoff || !s.fetch_lease)
+    if (s.gather != GatherState::fetching || s.fetch_ticket == 0 || !s.fetch_lease)
       protocol_violation(u, "gather of an NVMe compute copy without a read in flight");
   }
   Slot& sl = take_slot(param_slots_, param_slot_limit_, u, "parameter");
@@ -145,14 +135,10 @@ void ZeroEngine::Impl::prefetch(int u, bool hint) {
     if (ps.tier == Tier::host) {
       comm_.copy(stage, ps.mem.data(), bytes);
     } else {
-      if (const uint64_t ticket = std::exchange(s.fetch_ticket, 0)) swapper_->wait(ticket);
+      const uint64_t ticket = std::exchange(s.fetch_ticket, 0);
+      swapper_->wait(ticket);
       comm_.copy(stage, s.fetch_lease.data, bytes);
-      if (std::exchange(s.fetch_handoff, false)) {
-        std::lock_guard<std::mutex> lock(handoff_mu_);
-        handoff_pool_->release(std::exchange(s.fetch_lease, {}), &comm_);
-      } else {
-        param_pool_->release(std::exchange(s.fetch_lease, {}), &comm_);
-      }
+      param_pool_->release(std::exchange(s.fetch_lease, {}), &comm_);
     }
     traffic_.h2d_bytes += bytes;
     src = stage;

@@ -68,10 +68,7 @@ struct ZeroEngine::Impl {
     int slot = -1;       // parameter slot while gathered or held, else -1
     int grad_slot = -1;  // gradient slot from acquire_grad() to reduce_grad(), else -1
     PinnedPool::Lease fetch_lease;     // while fetching: the staging buffer the read fills
-    uint64_t fetch_ticket = 0;         // while fetching: its swapper ticket (0: a hand-off)
-    // While fetching: fetch_lease is the optimizer's hand-off (handoff_pool_), which holds the
-    // refreshed compute copy already — nothing is read.
-    bool fetch_handoff = false;
+    uint64_t fetch_ticket = 0;         // while fetching: its swapper ticket (never 0 then)
   };
 
   struct Slot {
@@ -154,20 +151,6 @@ struct ZeroEngine::Impl {
     // (reap_behind), so the next unit's update does not wait for the last one's writes.
     std::vector<AheadChunk> behind;
     std::vector<char> started;
-    // Unit u's refreshed compute copy, left by the worker in a handoff_pool_ buffer (under mu;
-    // set before u is marked updated): the next forward's gather takes it instead of reading the
-    // copy back from NVMe. finish_step returns what no gather took.
-    std::vector<PinnedPool::Lease> handoff;
-    // With hand-offs: unit u's refreshed compute copy is on NVMe (under mu). A unit handed off is
-    // published before its copy's NVMe write ends (the forward reads it from the hand-off); a
-    // pass that must read the copy from NVMe instead waits for this too (readable()).
-    std::vector<char> copy_on_disk;
-    // Whether a pass may read unit u's refreshed compute copy (under mu): updated, and either in
-    // the hand-off or on NVMe.
-    bool readable(int u) const {
-      const size_t i = size_t(u);
-      return updated[i] && (handoff.empty() || handoff[i] || copy_on_disk[i]);
-    }
     int ahead_unit = 0;
     int ahead_free = 0;
     bool released = false;     // eager: every unit's squares are summed
@@ -341,11 +324,6 @@ struct ZeroEngine::Impl {
   std::unique_ptr<PinnedPool> param_pool_;  // compute-copy shards read ahead from NVMe
   std::unique_ptr<PinnedPool> chunk_pool_;  // optimizer pipeline chunks
   std::unique_ptr<PinnedPool> ahead_pool_;  // optimizer states read ahead (offload.optimizer_read_ahead)
-  // Compute-copy shards the optimizer's worker refreshes into for the next forward (StepJob::
-  // handoff); shared by the worker (try_acquire) and the engine's thread (release), under
-  // handoff_mu_.
-  std::unique_ptr<PinnedPool> handoff_pool_;
-  std::mutex handoff_mu_;
   // Declared after the pools it reads into and writes from, so it is stopped before they are
   // freed (the destructor also drains and stops it first).
   std::unique_ptr<Swapper> swapper_;

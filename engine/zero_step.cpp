@@ -242,10 +242,6 @@ void ZeroEngine::Impl::start_job(bool eager, const StepParams* params) {
   j.ahead.resize(size_t(model_.num_units()));
   j.started.assign(size_t(model_.num_units()), 0);
   j.ahead_free = ahead_pool_ ? ahead_pool_->count() : 0;
-  if (handoff_pool_) {
-    j.handoff.resize(size_t(model_.num_units()));
-    j.copy_on_disk.assign(size_t(model_.num_units()), 0);
-  }
   if (eager) {  // given before the worker exists: it reads them without the lock
     j.eager = j.go = true;
     j.params = *params;
@@ -483,20 +479,20 @@ void ZeroEngine::Impl::await_update(int u) {
   // a unit only before its gradient is final.
   if (!j.go || (j.eager && !j.released)) return;
   j.awaited[size_t(u)] = 1;  // the engine's thread alone writes it, in program order
-  if (j.readable(u)) return;
+  if (j.updated[size_t(u)]) return;
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t tr0 = trace_enabled() ? trace_now_us() : 0;
   {
     WatchedWait w(str("the optimizer's update of unit ", model_.unit(u).name), WaitKind::host,
                   watchdog_context());
     const auto limit = std::chrono::duration<double>(opt_.timeout_s);
-    if (!j.cv.wait_for(lock, limit, [&] { return j.readable(u) || j.finished; }))
+    if (!j.cv.wait_for(lock, limit, [&] { return j.updated[size_t(u)] || j.finished; }))
       fail("zero::step", str("waited ", opt_.timeout_s, " s for the optimizer's update of unit ",
                              model_.unit(u).name, " (parallel.timeout)"));
   }
   update_wait_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   if (tr0) trace_span("update waits", "wait", tr0, trace_now_us() - tr0);
-  if (!j.readable(u)) {  // the worker stopped early: its error
+  if (!j.updated[size_t(u)]) {  // the worker stopped early: its error
     lock.unlock();
     finish_step();
     protocol_violation(u, "the optimizer step ended without updating this unit");
@@ -509,7 +505,7 @@ bool ZeroEngine::Impl::update_pending(int u) {
   std::lock_guard<std::mutex> lock(j.mu);
   // As await_update; a worker that stopped without updating u is not pending: its error is
   // reported by the await_update that follows.
-  return j.go && !(j.eager && !j.released) && !j.readable(u) && !j.finished;
+  return j.go && !(j.eager && !j.released) && !j.updated[size_t(u)] && !j.finished;
 }
 
 bool ZeroEngine::Impl::update_outstanding(int u) {
@@ -539,12 +535,6 @@ void ZeroEngine::Impl::finish_step() {
     WatchedWait w("the optimizer step's worker finishing its updates", WaitKind::host,
                   watchdog_context());
     j->worker.join();
-  }
-  // Hand-offs no gather took (a unit the next passes skipped, or an error stopped them).
-  {
-    std::lock_guard<std::mutex> lock(handoff_mu_);
-    for (PinnedPool::Lease& l : j->handoff)
-      if (l) handoff_pool_->release(std::exchange(l, {}));
   }
   if (started && j->error) std::rethrow_exception(j->error);
 }
@@ -598,23 +588,6 @@ void ZeroEngine::Impl::step_unit_chunked(int u, const StepParams& p, StepJob* ga
   // Its first chunks read ahead by the worker (read_ahead): updated and written back from there.
   std::vector<AheadChunk>* ahead = gate ? &gate->ahead[size_t(u)] : nullptr;
   const size_t n_ahead = ahead ? ahead->size() : 0;
-  // A step's worker refreshes an NVMe compute copy into a hand-off buffer when one is free: the
-  // next forward's gather takes it from there instead of reading the shard back (it is written
-  // all the same, for the backward and every later reader). Returned to the pool here unless
-  // handed over — after `drain` below has waited for its writes.
-  struct HandOff {
-    Impl& e;
-    PinnedPool::Lease lease;
-    ~HandOff() {
-      if (!lease) return;
-      std::lock_guard<std::mutex> lock(e.handoff_mu_);
-      e.handoff_pool_->release(std::exchange(lease, {}));
-    }
-  } hand{*this, {}};
-  if (param_nvme && gate && handoff_pool_) {
-    std::lock_guard<std::mutex> lock(handoff_mu_);
-    hand.lease = handoff_pool_->try_acquire();
-  }
 
   ChunkSet sets[3];
   // However this returns, no NVMe read or write may still target a chunk buffer once the buffer
@@ -682,7 +655,7 @@ void ZeroEngine::Impl::step_unit_chunked(int u, const StepParams& p, StepJob* ga
     void* param_out = nullptr;  // where the refreshed compute copy of this chunk goes
     const bool param_staged = separate_param && !param_nvme && param_stage_;  // device, unaddressable
     if (separate_param)
-      param_out = param_nvme     ? (hand.lease ? static_cast<char*>(hand.lease.data) + lo * esz : set.buf[3].data)
+      param_out = param_nvme     ? set.buf[3].data
                   : param_staged ? param_stage_.data()
                                  : static_cast<void*>(s.param.ptr<char>() + lo * esz);
     const float* g = s.grad.ptr<float>() + lo;
@@ -707,7 +680,7 @@ void ZeroEngine::Impl::step_unit_chunked(int u, const StepParams& p, StepJob* ga
     }
     // The compute copy first, in a job of its own: the next pass waits for it, not for the states.
     if (param_nvme)
-      set.param_write = swapper_->submit({swap_->request(IoOp::write, s.param.key, param_out, cnt * esz, lo * esz)},
+      set.param_write = swapper_->submit({swap_->request(IoOp::write, s.param.key, set.buf[3].data, cnt * esz, lo * esz)},
                                          IoLane::urgent);
     if (opt_nvme) {
       std::vector<IoRequest> reqs;
@@ -729,40 +702,16 @@ void ZeroEngine::Impl::step_unit_chunked(int u, const StepParams& p, StepJob* ga
     }
     if (gate) read_ahead(*gate);
   }
-  // The compute copy holds the new values: a step's worker publishes the unit now, while the
-  // states' last writes drain (every reader of the states waits for the whole step). A unit
-  // handed off is published before its copy's NVMe write ends: the next forward takes the copy
-  // from the hand-off, and a pass that reads it from NVMe waits for copy_on_disk. The worker
-  // waits for that write before its next unit, so the hand-off buffer (the write's source) is
-  // never leased again while the write reads it.
-  const bool handed = bool(hand.lease);
   for (auto& set : sets) {
-    if (set.param_write && !handed) swapper_->wait(std::exchange(set.param_write, 0));
+    if (set.param_write) swapper_->wait(std::exchange(set.param_write, 0));
     if (!separate_param && set.write) swapper_->wait(std::exchange(set.write, 0));  // it is the master
   }
   if (!separate_param)
     for (size_t k = 0; k < n_ahead; ++k)
       if ((*ahead)[k].write) swapper_->wait(std::exchange((*ahead)[k].write, 0));
-  auto copy_written = [&] {
-    if (!gate || gate->copy_on_disk.empty()) return;
-    {
-      std::lock_guard<std::mutex> lock(gate->mu);
-      gate->copy_on_disk[size_t(u)] = 1;
-    }
-    gate->cv.notify_all();
-  };
-  if (handed) {
-    std::lock_guard<std::mutex> lock(gate->mu);
-    gate->handoff[size_t(u)] = std::exchange(hand.lease, {});
-  } else {
-    copy_written();  // its writes were waited for above
-  }
+  // The compute copy holds the new values: a step's worker publishes the unit now, while the
+  // states' last writes drain (every reader of the states waits for the whole step).
   if (gate) publish_update(*gate, u);
-  if (handed) {
-    for (auto& set : sets)
-      if (set.param_write) swapper_->wait(std::exchange(set.param_write, 0));
-    copy_written();
-  }
   for (auto& set : sets)
     if (set.write) swapper_->wait(std::exchange(set.write, 0));
   if (ahead) {  // written back: the buffers may read ahead for later units

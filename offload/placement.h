@@ -47,12 +47,7 @@ struct Placement {
   // offload.optimizer_read_ahead, bytes (0 when offload.overlap_optimizer is off: without the
   // optimizer's worker nothing reads ahead).
   uint64_t optimizer_read_ahead = 0;
-  // offload.overlap_optimizer: with the states off the device, a worker thread steps the units
-  // while the next pass runs (engine/zero.h's step contract).
-  bool overlap_optimizer = true;
 
-  // The optimizer's worker runs the step (overlap_optimizer with the states off the device).
-  bool overlapped_step() const { return overlap_optimizer && optimizer != Tier::device; }
   // The grads tier in effect: optimizer states off the device pull gradients to host memory.
   Tier grads_tier() const;
   size_t param_elem_bytes() const { return dtype_bytes(compute); }

@@ -355,9 +355,7 @@ TEST(Offload, PlanCountsWhatTheEngineAllocates) {
 
 // Under a pinned budget the parameter staging gets what the optimizer's pools leave, in whole
 // shards, offload.prefetch + 1 at most and one at least; below that one the plan's check fails
-// and the engine refuses to start, naming the key. The overlapped step's hand-off shards get what
-// is left after that, offload.prefetch + 1 at most, none at all being fine. Plan and engine agree
-// at every budget.
+// and the engine refuses to start, naming the key. Plan and engine agree at every budget.
 TEST(Offload, PlanAndEngineShareThePinnedBudget) {
   Config c = base(Precision::bf16);
   c.train.steps = 1;
@@ -370,17 +368,15 @@ TEST(Offload, PlanAndEngineShareThePinnedBudget) {
   const PinnedStaging unlimited =
       pinned_staging(model, zero_options(c).placement, 0, c.offload.prefetch);
   ASSERT_EQ(unlimited.param_shards, 3);
-  ASSERT_EQ(unlimited.handoff_shards, 3);
   ASSERT_GT(unlimited.ahead_buffers, 0);
   ASSERT_GT(unlimited.chunk_buffers, 0);
   const uint64_t min = unlimited.minimum(), shard = unlimited.param_shard_bytes;
   struct Case {
     uint64_t limit;
-    int shards;   // 0: refused
-    int handoff;  // hand-off shards
+    int shards;  // 0: refused
   };
-  for (const Case& k : {Case{0, 3, 3}, Case{min + 5 * shard, 3, 3}, Case{min + 4 * shard, 3, 2},
-                        Case{min + shard + shard / 2, 2, 0}, Case{min, 1, 0}, Case{min - 1, 0, 0}}) {
+  for (const Case& k : {Case{0, 3}, Case{min + 5 * shard, 3}, Case{min + shard + shard / 2, 2},
+                        Case{min, 1}, Case{min - 1, 0}}) {
     c.offload.pinned_mem_limit = k.limit;
     SCOPED_TRACE(str("offload.pinned_mem_limit = ", k.limit, " (one unit needs ", min, ")"));
     PlanMachine m;
@@ -410,19 +406,15 @@ TEST(Offload, PlanAndEngineShareThePinnedBudget) {
       continue;
     }
     const std::string row = str("NVMe parameter read-ahead staging (", k.shards, " shards)");
-    const std::string handoff_row =
-        str("NVMe compute copies handed from the optimizer to the forward (", k.handoff, " shards)");
-    uint64_t planned = 0, row_bytes = 0, handoff_bytes = 0;
+    uint64_t planned = 0, row_bytes = 0;
     int pools = 0;
     for (const PlanRow& r : plan.rows) {
       if (r.tier != "pinned" || r.what.rfind("NVMe", 0) != 0) continue;  // the staging pools
       planned += r.bytes;
       ++pools;
       if (r.what == row) row_bytes = r.bytes;
-      if (r.what == handoff_row) handoff_bytes = r.bytes;
     }
     EXPECT_EQ(row_bytes, uint64_t(k.shards) * shard) << "no row \"" << row << "\"";
-    EXPECT_EQ(handoff_bytes, uint64_t(k.handoff) * shard) << "no row \"" << handoff_row << "\"";
     if (k.limit) {
       EXPECT_LE(planned, k.limit);
     }
@@ -431,7 +423,7 @@ TEST(Offload, PlanAndEngineShareThePinnedBudget) {
     // Each pool is one slab rounded up to 2 MiB pages, which the plan does not count.
     EXPECT_GE(z.pinned_bytes, planned);
     EXPECT_LE(z.pinned_bytes, planned + uint64_t(pools) * ((2u << 20) - 1));
-    EXPECT_EQ(pools, k.handoff ? 4 : 3);
+    EXPECT_EQ(pools, 3);
   }
 }
 
@@ -708,56 +700,6 @@ TEST(Offload, TheRunsEndWaitsForTheLastUpdateUnderTheWatchdog) {
   EXPECT_EQ(updates, c.train.steps);
   EXPECT_NE(report.find(want), std::string::npos)
       << "no watched wait while the run's end waited for the last update; the report:\n" << report;
-}
-
-// With the compute copy on NVMe and the optimizer step overlapped, the step's worker leaves each
-// refreshed compute copy in a hand-off buffer, and the next forward gathers it from there instead
-// of reading back what the worker has just written. From step 2 on the hand-off carries compute
-// copy bytes (at most one forward's). Over the run, NVMe reads plus hand-off bytes are the serial
-// run's reads, less what the last overlapped update read after the last step's record (at most
-// one update's states): the steps' records split the worker's reads by its pace. Losses and
-// weights are the serial run's bit for bit (the backward still reads the copy from NVMe, after
-// its write has ended).
-TEST(Offload, TheNextForwardTakesTheRefreshedComputeCopyFromMemory) {
-  std::vector<std::vector<uint64_t>> reads(2), handoff(2);
-  Result results[2];
-  uint64_t copy_bytes = 0, state_bytes = 0;  // one forward's compute copy; one update's states
-  for (int overlap = 0; overlap < 2; ++overlap) {
-    SCOPED_TRACE(overlap ? "overlapped" : "serial");
-    Config c = base(Precision::bf16);
-    c.train.steps = 4;
-    c.offload.params = Tier::nvme;
-    c.offload.optimizer = Tier::nvme;
-    c.offload.nvme_path = {nvme_dir("handoff")};
-    c.offload.overlap_optimizer = overlap == 1;
-    const LlamaModel model(c.model, world().size());
-    copy_bytes = state_bytes = 0;
-    for (const auto& u : model.units()) {
-      copy_bytes += u.layout.shard_numel() * 2;
-      state_bytes += u.layout.shard_numel() * 12;
-    }
-    TrainerOptions opt;
-    opt.on_step = [&](const StepRecord& r) {
-      reads[size_t(overlap)].push_back(r.traffic.nvme_read_bytes);
-      handoff[size_t(overlap)].push_back(r.traffic.handoff_bytes);
-    };
-    results[overlap] = run(c, opt);
-  }
-  EXPECT_EQ(handoff[0], std::vector<uint64_t>(4, 0));
-  EXPECT_EQ(handoff[1][0], 0u);  // no step before the first
-  for (size_t i = 1; i < 4; ++i) {
-    EXPECT_GT(handoff[1][i], 0u) << "step " << i + 1;
-    EXPECT_LE(handoff[1][i], copy_bytes) << "step " << i + 1;
-  }
-  uint64_t serial = 0, overlapped = 0;
-  for (size_t i = 0; i < 4; ++i) {
-    serial += reads[0][i];
-    overlapped += reads[1][i] + handoff[1][i];
-  }
-  EXPECT_LE(overlapped, serial);
-  EXPECT_GE(overlapped + state_bytes, serial);
-  EXPECT_EQ(results[1].losses, results[0].losses);
-  EXPECT_TRUE(results[1].weights == results[0].weights) << "final weights differ";
 }
 
 // offload.optimizer_read_ahead, clipped: during the step's last backward, before the norm is
