@@ -44,7 +44,8 @@ std::vector<std::vector<float>> assemble_unit(Communicator* tp, Device& device, 
   std::copy(local.begin(), local.end(), mine.begin());
   stream.copy(send.data(), mine.data(), most * 4);
   tp->all_gather(stream, recv.data(), send.data(), most, CommType::f32);
-  stream.synchronize();  // watched: on CUDA the copy into pageable memory below would block unwatched
+  // Watched: on CUDA the copy into pageable memory below would block the host unwatched.
+  stream.synchronize();
   stream.copy(all.data(), recv.data(), all.size() * 4);
   stream.synchronize();
   for (size_t i = 0; i < L.views().size(); ++i) {

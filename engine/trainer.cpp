@@ -151,7 +151,8 @@ void check_same_config_on_every_rank(const Config& config, Communicator& world) 
       const std::string va = ia == a.end() ? "(none)" : ia->second;
       const std::string vb = ib == b.end() ? "(none)" : ib->second;
       if (va == vb) continue;
-      if (++n_keys <= 8) differences += str(n_keys > 1 ? "; " : "", k, " = ", vb, " (rank 0: ", va, ")");
+      if (++n_keys <= 8)
+        differences += str(n_keys > 1 ? "; " : "", k, " = ", vb, " (rank 0: ", va, ")");
     }
     if (n_keys > 8) differences += str("; and ", n_keys - 8, " more");
   }
@@ -169,8 +170,9 @@ void check_same_config_on_every_rank(const Config& config, Communicator& world) 
   if (first < 0) return;
   broadcast_text(differences, first);
   fail("train::config",
-       str("rank ", first, " of ", world.size(), " runs with a configuration that differs from rank "
-           "0's: ", differences, count > 1 ? str(" (", count - 1, " other rank(s) differ too)") : ""),
+       str("rank ", first, " of ", world.size(),
+           " runs with a configuration that differs from rank 0's: ", differences,
+           count > 1 ? str(" (", count - 1, " other rank(s) differ too)") : ""),
        "every rank must run the same configuration: the same config file and --set options on "
        "every node (only offload.nvme_path, train.threads, io.* and log.metrics / log.trace may "
        "differ)");
@@ -750,7 +752,8 @@ struct Trainer::Impl {
   int any_rank_asks_to_stop() {
     const int mine = std::max(0, opt.stop_requested());
     if (world.size() == 1) return mine;
-    if (!stop_flag) stop_flag = (host_device ? *host_device : *device).alloc_host(8, true, "stop flag");
+    if (!stop_flag)
+      stop_flag = (host_device ? *host_device : *device).alloc_host(8, true, "stop flag");
     double* h = stop_flag.as<double>();
     h[0] = double(mine);
     Stream& hs = host_stream ? *host_stream : *comm;
@@ -816,8 +819,8 @@ struct Trainer::Impl {
   }
 
   bool logged_step(const StepRecord& r) const {
-    return (r.step % cfg.log.every == 0) || r.step == cfg.train.steps || r.step == 1 || r.eval_loss >= 0 ||
-           stopped_by > 0;
+    return (r.step % cfg.log.every == 0) || r.step == cfg.train.steps || r.step == 1 ||
+           r.eval_loss >= 0 || stopped_by > 0;
   }
 
   // Largest device peak over all ranks (collective: every rank calls it on logged steps).

@@ -38,9 +38,9 @@ std::atomic<int> g_stop_signal{0};
 extern "C" void on_stop_signal(int sig) {
   g_stop_signal.store(sig);
   const char* text =
-      sig == SIGINT ? "\nstrata: SIGINT: stopping after this step (a second one ends the run now)\n"
-      : sig == SIGTERM ? "strata: SIGTERM: stopping after this step (a second one ends the run now)\n"
-                       : "strata: SIGUSR1: stopping after this step (a second one ends the run now)\n";
+      sig == SIGINT    ? "\nstrata: SIGINT: stopping after this step (a second one ends it now)\n"
+      : sig == SIGTERM ? "strata: SIGTERM: stopping after this step (a second one ends it now)\n"
+                       : "strata: SIGUSR1: stopping after this step (a second one ends it now)\n";
   [[maybe_unused]] ssize_t n = ::write(STDERR_FILENO, text, std::strlen(text));
 }
 
@@ -73,7 +73,10 @@ class StopSignals {
 };
 
 const char* signal_name(int sig) {
-  return sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : sig == SIGUSR1 ? "SIGUSR1" : "a signal";
+  return sig == SIGTERM   ? "SIGTERM"
+         : sig == SIGINT  ? "SIGINT"
+         : sig == SIGUSR1 ? "SIGUSR1"
+                          : "a signal";
 }
 
 void run_train(const TrainArgs& a) {
@@ -124,7 +127,8 @@ void run_train(const TrainArgs& a) {
                     cfg.checkpoint.dir.c_str(), cfg.checkpoint.dir.c_str());
       else
         std::printf("; no checkpoint.dir, so nothing was saved\n");
-      if (!a.out.empty()) std::printf("      --out %s not written: the run did not finish\n", a.out.c_str());
+      if (!a.out.empty())
+        std::printf("      --out %s not written: the run did not finish\n", a.out.c_str());
     }
     if (!lead) return;
     std::printf("done: %d steps in %.1f s | loss %.4f -> %.4f", int(s.losses.size()), s.seconds,
