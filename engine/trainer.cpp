@@ -95,21 +95,24 @@ bool rank_local_key(std::string_view key) {
          key == "log.metrics" || key == "log.trace";
 }
 
-// One "key=value" line per compared key, sorted (the JSON of config_to_json: numbers as they
-// round-trip, so 1e-3 and 0.001 agree).
-std::string comparable_config(const Config& config) {
-  std::map<std::string, std::string> lines;
+// The compared keys and their values (the JSON of config_to_json: numbers as they round-trip,
+// so 1e-3 and 0.001 agree), and the text that carries them to the other ranks: one "key=value"
+// line each, sorted.
+std::map<std::string, std::string> comparable_config(const Config& config) {
+  std::map<std::string, std::string> keys;
   const nlohmann::json all = config_to_json(config);
-  for (const auto& [section, keys] : all.items())
-    for (const auto& [key, value] : keys.items()) {
+  for (const auto& [section, values] : all.items())
+    for (const auto& [key, value] : values.items()) {
       std::string name = section + "." + key;
-      if (!rank_local_key(name)) lines[name] = value.dump();
+      if (!rank_local_key(name)) keys[name] = value.dump();
     }
+  return keys;
+}
+std::string config_text(const std::map<std::string, std::string>& keys) {
   std::string out;
-  for (const auto& [name, value] : lines) out += name + "=" + value + "\n";
+  for (const auto& [name, value] : keys) out += name + "=" + value + "\n";
   return out;
 }
-
 std::map<std::string, std::string> config_lines(const std::string& text) {
   std::map<std::string, std::string> out;
   size_t at = 0;
@@ -136,13 +139,14 @@ void check_same_config_on_every_rank(const Config& config, Communicator& world) 
     world.broadcast(*stream, text.data(), text.size(), CommType::u8, root);
     stream->synchronize();
   };
-  const std::string mine = comparable_config(config);
+  const auto b = comparable_config(config);
+  const std::string mine = config_text(b);
   std::string lead = mine;
   broadcast_text(lead, 0);
   std::string differences;
   int n_keys = 0;
   if (lead != mine) {
-    const auto a = config_lines(lead), b = config_lines(mine);
+    const auto a = config_lines(lead);
     std::set<std::string> names;
     for (const auto& [k, v] : a) names.insert(k);
     for (const auto& [k, v] : b) names.insert(k);

@@ -95,6 +95,22 @@ Result run(const Config& c, Communicator& comm, TrainerOptions opt = {}) {
   return r;
 }
 
+// Resumes `c` from `root` to its last step: the interrupted run's losses (`before`) and then the
+// resumed run's must be the uninterrupted run's, and so must the final weights, bit for bit.
+void expect_resume_continues(const Config& c, const std::string& root,
+                             const std::vector<double>& before, const Result& straight) {
+  TrainerOptions opt;
+  opt.resume = root;
+  Config second = c;
+  second.checkpoint.dir = root;
+  second.checkpoint.every = 100;
+  const Result b = run(second, world(), opt);
+  std::vector<double> losses = before;
+  losses.insert(losses.end(), b.losses.begin(), b.losses.end());
+  EXPECT_EQ(losses, straight.losses);
+  EXPECT_TRUE(b.weights == straight.weights) << "final weights differ after resume";
+}
+
 // 10 steps straight against 5 + save + resume + 5.
 void expect_bit_exact_resume(Config c, const std::string& name) {
   SCOPED_TRACE(name);
@@ -105,17 +121,7 @@ void expect_bit_exact_resume(Config c, const std::string& name) {
   first.checkpoint.every = 5;
   TrainerOptions stop;
   stop.stop_after = 5;  // interrupted after step 5; the schedule still spans 10 steps
-  const Result a = run(first, world(), stop);
-  TrainerOptions opt;
-  opt.resume = root;
-  Config second = c;
-  second.checkpoint.dir = root;
-  second.checkpoint.every = 100;
-  const Result b = run(second, world(), opt);
-  std::vector<double> losses = a.losses;
-  losses.insert(losses.end(), b.losses.begin(), b.losses.end());
-  EXPECT_EQ(losses, straight.losses);
-  EXPECT_TRUE(b.weights == straight.weights) << "final weights differ after resume";
+  expect_resume_continues(c, root, run(first, world(), stop).losses, straight);
 }
 
 // The GQA model of tests/engine/test_tensor_parallel.cpp (8 query heads, 2 kv heads: tp 4
@@ -611,16 +617,7 @@ TEST(Checkpoint, AStopAskedOnOneRankEndsEveryRankAfterTheSameStepAndResumesBitEx
   EXPECT_EQ(s.last_step, 4);
   ASSERT_EQ(s.losses.size(), 4u);
   EXPECT_TRUE(fs::exists(root + "/step_4/manifest.json"));
-  TrainerOptions opt;
-  opt.resume = root;
-  Config second = c;
-  second.checkpoint.dir = root;
-  second.checkpoint.every = 100;
-  const Result b = run(second, world(), opt);
-  std::vector<double> losses = s.losses;
-  losses.insert(losses.end(), b.losses.begin(), b.losses.end());
-  EXPECT_EQ(losses, straight.losses);
-  EXPECT_TRUE(b.weights == straight.weights) << "final weights differ after resume";
+  expect_resume_continues(c, root, s.losses, straight);
 }
 
 TEST(Checkpoint, ACheckpointOfTwoRanksResumesOnFourAndOnOne) {
