@@ -119,9 +119,10 @@ nlohmann::json section(F&& body) {
 struct BenchGpu {
   std::unique_ptr<Device> dev;
   std::unique_ptr<Stream> s;
-  explicit BenchGpu(int ordinal) {
+  explicit BenchGpu(int ordinal, bool bf16_matmuls = false) {
     DeviceOptions o;
     o.ordinal = ordinal;
+    o.bf16_matmuls = bf16_matmuls;
     dev = make_device(DeviceKind::cuda, o);
     s = dev->make_stream("bench");
   }
@@ -136,9 +137,11 @@ struct BenchGpu {
 // Largest |error| / bound over kSamples elements of out (m, n) = a (m, k) · b^T (n, k) in device
 // memory (bf16 or f32); a and b hold value(seed_a / seed_b, ·), rounded to bf16 when bf16. The
 // bound is the f32 dot-product bound (k + 2)·u·Σ|a b| plus the output's rounding (half an ulp of
-// bf16 is 2^-9 relative: 2^-8 allowed; u for f32: 2u allowed).
+// bf16 is 2^-9 relative: 2^-8 allowed; u for f32: 2u allowed). bf16_operands: f32 data whose
+// operands the GEMM rounds to bf16 (each product then off by up to ~2^-8 of |a b|: 2^-7 Σ|a b|
+// allowed on top).
 double check_gemm(Device& dev, Stream& s, const void* out, int m, int n, int k, bool bf16,
-                  uint64_t seed_a, uint64_t seed_b) {
+                  uint64_t seed_a, uint64_t seed_b, bool bf16_operands = false) {
   std::mt19937 rng(uint32_t(m * 31 + n * 7 + k));
   std::vector<std::pair<int, int>> at(kSamples);
   for (auto& [i, j] : at) {
@@ -162,7 +165,9 @@ double check_gemm(Device& dev, Stream& s, const void* out, int m, int n, int k, 
       mag += std::fabs(x * y);
     }
     const double got = bf16 ? bf16_bits_to_f32(h.as<uint16_t>()[t]) : h.as<float>()[t];
-    const double bound = (k + 2) * kU32 * mag + (bf16 ? std::ldexp(1.0, -8) : 2 * kU32) * std::fabs(want) + 1e-30;
+    const double out_rounding = bf16 ? std::ldexp(1.0, -8) : 2 * kU32;
+    const double bound = (k + 2) * kU32 * mag + out_rounding * std::fabs(want) +
+                         (bf16_operands ? std::ldexp(mag, -7) : 0.0) + 1e-30;
     worst = std::max(worst, std::isfinite(got) ? std::fabs(got - want) / bound : INFINITY);
   }
   return worst;
@@ -222,8 +227,9 @@ nlohmann::json gemm_bf16_shape(BenchGpu& g, int m, int n, int k, double min_seco
           {"max_error_ratio", strata_err}};
 }
 
-// strata's f32 linear: out (m, n) = in (m, k) · w^T, w (n, k), through Ops::linear_fwd.
-nlohmann::json gemm_f32(BenchGpu& g, int m, int n, int k, double min_seconds) {
+// strata's f32 linear: out (m, n) = in (m, k) · w^T, w (n, k), through Ops::linear_fwd; on a
+// device made with bf16_matmuls, the operands go to the tensor cores rounded to bf16.
+nlohmann::json gemm_f32(BenchGpu& g, int m, int n, int k, double min_seconds, bool bf16_operands) {
   const int N = m, IC = k, OC = n;
   Device& dev = *g.dev;
   Stream& s = *g.s;
@@ -232,13 +238,15 @@ nlohmann::json gemm_f32(BenchGpu& g, int m, int n, int k, double min_seconds) {
   Buffer out = dev.alloc(size_t(N) * OC * 4, "linear out");
   auto run = [&] { dev.ops().linear_fwd(s, out.as<float>(), in.as<float>(), w.as<float>(), N, IC, OC); };
   run();
-  const double err = check_gemm(dev, s, out.data(), N, OC, IC, false, 3, 4);
+  const double err = check_gemm(dev, s, out.data(), N, OC, IC, false, 3, 4, bf16_operands);
   if (!(err <= 1.0)) fail("bench::gpu", str("strata's f32 linear is wrong: error ", err, " times its bound"));
   const Timing t = time_calls(s, min_seconds, run);
   const double flops = 2.0 * N * IC * OC;
   return {{"m", N}, {"n", OC}, {"k", IC}, {"tflops", flops / t.best_s / 1e12},
           {"tflops_median", flops / t.median_s / 1e12}, {"calls", t.calls}, {"max_error_ratio", err},
-          {"note", "f32 inputs, f32 accumulation, CUDA cores (no TF32)"}};
+          {"note", bf16_operands ? "f32 inputs rounded to bf16, tensor cores, f32 accumulation "
+                                   "(train.matmul_precision = bf16)"
+                                 : "f32 inputs, f32 accumulation, CUDA cores (no TF32)"}};
 }
 
 // ---- AdamW, copies --------------------------------------------------------------------------
@@ -404,6 +412,9 @@ nlohmann::json train_run(const Config& cfg, double peak_f32, double peak_bf16) {
             {"optimizer", tier_name(cfg.offload.optimizer)}}},
           {"device_mem_limit", cfg.offload.device_mem_limit},
           {"precision", precision_name(cfg.train.precision)},
+          {"matmul_precision", cfg.train.matmul_precision != "auto" ? cfg.train.matmul_precision
+                               : cfg.train.precision == Precision::bf16 ? "bf16"
+                                                                        : "f32"},
           {"tokens_per_step", int64_t(cfg.data.micro_batch) * cfg.data.seq_len * cfg.train.grad_accum},
           {"steps_timed", ms.size()},
           {"tokens_per_s", tokens_per_s},
@@ -511,12 +522,23 @@ nlohmann::json run_gpu_bench(const GpuBenchOptions& o) {
     std::vector<std::array<int, 3>> f32_list(o.gemm_f32_shapes.begin(), o.gemm_f32_shapes.end());
     if (f32_list.empty()) f32_list.assign(std::begin(kDefaultF32Shapes), std::end(kDefaultF32Shapes));
     for (const auto& [m, n, k] : f32_list) {
-      nlohmann::json r = section([&] { return gemm_f32(g, m, n, k, o.min_seconds); });
+      nlohmann::json r = section([&] { return gemm_f32(g, m, n, k, o.min_seconds, false); });
       if (!r["ran"].get<bool>()) r.update({{"m", m}, {"n", n}, {"k", k}});
       else peak_f32 = std::max(peak_f32, r["tflops"].get<double>() * 1e12);
       f32.push_back(r);
     }
     j["gemm_f32"] = f32;
+    // The same linear with bf16 operands: what train.matmul_precision = bf16 runs.
+    nlohmann::json f32_bf16 = nlohmann::json::array();
+    {
+      BenchGpu g16(o.device, true);
+      for (const auto& [m, n, k] : f32_list) {
+        nlohmann::json r = section([&] { return gemm_f32(g16, m, n, k, o.min_seconds, true); });
+        if (!r["ran"].get<bool>()) r.update({{"m", m}, {"n", n}, {"k", k}});
+        f32_bf16.push_back(r);
+      }
+    }
+    j["gemm_f32_bf16_operands"] = f32_bf16;
     j["adamw"] = section([&] { return adamw(g, o.adam_numel, o.copy_bytes, o.adam_steps, o.min_seconds); });
     j["pinned"] = section([&] { return pinned(g, o.copy_bytes, o.min_seconds); });
   }
@@ -537,6 +559,14 @@ nlohmann::json run_gpu_bench(const GpuBenchOptions& o) {
         r["meets_goal"] = r["mfu_vs_bf16_gemm"].get<double>() >= kTrainGoalMfuBf16;
         return r;
       });
+      // The same run with f32 GEMMs on the CUDA cores, for comparison: what precision = bf16
+      // computed before its GEMMs took bf16 operands.
+      if (base.train.matmul_precision != "f32")
+        train["device_f32_matmuls"] = section([&] {
+          Config c = base;
+          c.train.matmul_precision = "f32";
+          return train_run(c, peak_f32, peak_bf16);
+        });
       train["offload_host"] = section([&] {
         return offloaded_run(offloaded(base, Tier::host, o.offload_overrides, o.offload_limit_fraction, "", capacity),
                              peak_f32, peak_bf16);

@@ -78,6 +78,9 @@ struct TrainConfig {
   float grad_clip = 1.0f;     // global-norm clipping threshold; 0 = off
   int grad_accum = 1;         // micro-batches per step
   Precision precision = Precision::fp32;
+  // The linear layers' GEMMs on CUDA: "f32" (f32 operands on the CUDA cores), "bf16" (operands
+  // rounded to bf16 on the tensor cores, f32 accumulation), "auto" (bf16 when precision = bf16).
+  std::string matmul_precision = "auto";
   // AdamW m and v: f32, or bf16 (rounded to nearest even after each update; master stays f32).
   DType optimizer_state_dtype = DType::f32;
   uint64_t seed = 1234;

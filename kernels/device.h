@@ -151,6 +151,9 @@ struct DeviceOptions {
   uint64_t mem_limit_bytes = 0;  // 0: no cap beyond the physical memory
   int ordinal = 0;               // which CUDA device
   CpuOpsMode cpu_ops = CpuOpsMode::fast;
+  // CUDA: the linear ops' GEMMs round their f32 operands to bf16 and multiply them on the tensor
+  // cores, accumulating in f32 (train.matmul_precision = bf16). The CPU device has no such mode.
+  bool bf16_matmuls = false;
 };
 
 // The registry (kernels/registry.cpp): the only place that knows which backends were built.

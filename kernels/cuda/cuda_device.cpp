@@ -240,7 +240,7 @@ class CudaDevice final : public Device {
     ctx_.ordinal = ordinal_;
     ctx_.lt_handle = lt;
     ctx_.gemm_cache = gemm_cache_create();
-    ops_ = make_cuda_ops();
+    ops_ = make_cuda_ops(o.bf16_matmuls);
     log_debug("cuda", "device ", name(), ", memory limit ", format_bytes(memory_.stats().limit_bytes));
   }
 

@@ -63,6 +63,9 @@ void check_part(const char* op, int V, int begin, int rows) {
 
 class CudaOps final : public Ops {
  public:
+  explicit CudaOps(bool bf16_matmuls)
+      : linear_(bf16_matmuls ? GemmType::f32_bf16 : GemmType::f32) {}
+
   void embedding_fwd(Stream& s, float* out, const int32_t* tokens, const float* wte, int N, int C,
                      int V) override {
     run(s, "embedding_fwd", [&](CudaStream& cs) {
@@ -100,7 +103,7 @@ class CudaOps final : public Ops {
     run(s, "linear_fwd", [&](CudaStream& cs) {
       check_dims("linear_fwd", N, IC);
       check_dims("linear_fwd", N, OC);
-      gemm(cs, GemmType::f32, false, true, N, OC, IC, in, IC, w, IC, 0.0f, out, OC);
+      gemm(cs, linear_, false, true, N, OC, IC, in, IC, w, IC, 0.0f, out, OC);
     });
   }
   // din (N, IC) = dout (N, OC) · w (OC, IC); dw (OC, IC) += dout^T · in (N, IC).
@@ -109,8 +112,8 @@ class CudaOps final : public Ops {
     run(s, "linear_bwd", [&](CudaStream& cs) {
       check_dims("linear_bwd", N, IC);
       check_dims("linear_bwd", N, OC);
-      if (din) gemm(cs, GemmType::f32, false, false, N, IC, OC, dout, OC, w, IC, 0.0f, din, IC);
-      gemm(cs, GemmType::f32, true, false, OC, IC, N, dout, OC, in, IC, 1.0f, dw, IC);
+      if (din) gemm(cs, linear_, false, false, N, IC, OC, dout, OC, w, IC, 0.0f, din, IC);
+      gemm(cs, linear_, true, false, OC, IC, N, dout, OC, in, IC, 1.0f, dw, IC);
     });
   }
   void rope_fwd(Stream& s, float* x, const float* cos, const float* sin, int B, int T,
@@ -248,10 +251,14 @@ class CudaOps final : public Ops {
       cs.poison(std::current_exception(), str("op ", op));
     }
   }
+
+  const GemmType linear_;  // f32, or f32_bf16 under DeviceOptions::bf16_matmuls
 };
 
 }  // namespace
 
-std::unique_ptr<Ops> make_cuda_ops() { return std::make_unique<CudaOps>(); }
+std::unique_ptr<Ops> make_cuda_ops(bool bf16_matmuls) {
+  return std::make_unique<CudaOps>(bf16_matmuls);
+}
 
 }  // namespace strata::cuda

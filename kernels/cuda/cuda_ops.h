@@ -8,6 +8,8 @@
 
 namespace strata::cuda {
 
-std::unique_ptr<Ops> make_cuda_ops();
+// bf16_matmuls: linear_fwd / linear_bwd run their GEMMs as GemmType::f32_bf16 (bf16 operands on
+// the tensor cores, f32 accumulation) instead of exact f32 on the CUDA cores.
+std::unique_ptr<Ops> make_cuda_ops(bool bf16_matmuls);
 
 }  // namespace strata::cuda

@@ -104,8 +104,10 @@ std::vector<cublasLtMatmulHeuristicResult_t> heuristics(cublasLtHandle_t h, cons
 std::unique_ptr<Plan> make_plan(cublasLtHandle_t h, const Key& key, size_t workspace_bytes) {
   auto plan = std::make_unique<Plan>();
   const bool f32 = key.type == int(GemmType::f32);
-  const cudaDataType_t io = f32 ? CUDA_R_32F : CUDA_R_16BF;
-  STRATA_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const bool fast_bf16 = key.type == int(GemmType::f32_bf16);
+  const cudaDataType_t io = f32 || fast_bf16 ? CUDA_R_32F : CUDA_R_16BF;
+  STRATA_CUBLAS_CHECK(cublasLtMatmulDescCreate(
+      &plan->op, fast_bf16 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t op_first = key.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_second = key.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   set_attr(plan->op, CUBLASLT_MATMUL_DESC_TRANSA, op_first);
@@ -121,6 +123,13 @@ std::unique_ptr<Plan> make_plan(cublasLtHandle_t h, const Key& key, size_t works
   // COMPUTE_32F on f32 data never uses TF32; the FMA mask only guards against emulated
   // tensor-core algorithms. Should it leave nothing, take what cuBLASLt offers for COMPUTE_32F.
   if (plan->algos.empty() && f32) plan->algos = heuristics(h, *plan, key, workspace_bytes, false);
+  // No tensor-core algorithm for these shapes and alignments: the f32 GEMM computes the same
+  // product, only more exactly.
+  if (plan->algos.empty() && fast_bf16) {
+    Key exact = key;
+    exact.type = int(GemmType::f32);
+    return make_plan(h, exact, workspace_bytes);
+  }
   if (plan->algos.empty())
     fail("cuda::gemm",
          str("cuBLASLt offers no algorithm for a ", f32 ? "f32" : "bf16", " GEMM m=", key.m, " n=",
@@ -179,7 +188,7 @@ void gemm(CudaStream& s, GemmType type, bool ta, bool tb, int m, int n, int k, c
   if (m == 0 || n == 0) return;
   s.make_current();
   cudaStream_t stream = static_cast<cudaStream_t>(s.native());
-  const size_t elem = type == GemmType::f32 ? 4 : 2;
+  const size_t elem = type == GemmType::bf16 ? 2 : 4;
   if (k == 0) {  // an empty sum: C = 0, or C unchanged when accumulating
     if (beta == 0.0f)
       STRATA_CUDA_CHECK(cudaMemset2DAsync(c, size_t(ldc) * elem, 0, size_t(n) * elem, size_t(m), stream));

@@ -2,8 +2,11 @@
 // bf16 benchmark. Plain C++: no CUDA header.
 //
 // f32: f32 inputs and output, CUBLAS_COMPUTE_32F restricted to FMA (CUDA-core) algorithms, so
-// no TF32 and no tensor-core emulation: results stay close to the CPU reference. bf16: bf16
-// inputs and output, f32 accumulation (CUBLAS_COMPUTE_32F). The algorithm is cuBLASLt's first
+// no TF32 and no tensor-core emulation: results stay close to the CPU reference. f32_bf16: f32
+// inputs and output, the inputs rounded to bf16 inside cuBLASLt and multiplied on the tensor
+// cores with f32 accumulation (CUBLAS_COMPUTE_32F_FAST_16BF: what a bf16 mixed-precision GEMM
+// computes, without bf16 copies of the operands). bf16: bf16 inputs and output, f32 accumulation
+// (CUBLAS_COMPUTE_32F). The algorithm is cuBLASLt's first
 // heuristic choice for the shape and the pointers' alignment (cached per device), so a call
 // with the same shapes and alignments always runs the same algorithm: bit-reproducible.
 // Not here: batched or strided GEMMs (attention has its own kernels), epilogues.
@@ -19,7 +22,7 @@ struct GemmCache;  // per-device cache of cuBLASLt descriptors and heuristic res
 GemmCache* gemm_cache_create();
 void gemm_cache_destroy(GemmCache* cache) noexcept;
 
-enum class GemmType { f32, bf16 };
+enum class GemmType { f32, f32_bf16, bf16 };
 
 // Row-major C (m, n) = op(A) (m, k) · op(B) (k, n) + beta · C, op(X) = X^T when trans_x; A is
 // (m, k) or, transposed, (k, m) with rows lda elements apart; likewise B and C. beta is 0

@@ -203,6 +203,20 @@ TEST(Trainer, Bf16ComputeCopyTrains) {
   EXPECT_NEAR(s.losses.back(), s32.losses.back(), 0.2);         // but not the outcome
 }
 
+// bf16 GEMM operands are a CUDA mode: asked for on the CPU device, the run is refused up front
+// (not silently computed in f32); auto with bf16 precision runs, in f32.
+TEST(Trainer, Bf16MatmulsAreRefusedOnTheCpuDevice) {
+  Config c = tiny();
+  c.train.precision = Precision::bf16;
+  apply_override(c, "train.matmul_precision=bf16");
+  const std::string m = error_of(c);
+  EXPECT_NE(m.find("[train::device]"), std::string::npos) << m;
+  EXPECT_NE(m.find("train.matmul_precision = bf16 needs the CUDA device"), std::string::npos) << m;
+  apply_override(c, "train.matmul_precision=auto");
+  c.train.steps = 2;
+  EXPECT_EQ(run(c).losses.size(), 2u);
+}
+
 TEST(Trainer, Bf16OptimizerStatesTrain) {
   // bf16 m and v are another optimizer (the moments keep 8 significant bits): it must learn, and
   // stay close to f32 states — but not be them. Tolerance: over 60 steps of this task the two

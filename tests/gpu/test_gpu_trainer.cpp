@@ -1,8 +1,7 @@
 // The trainer on the CUDA device (train.device = cuda): 5 AdamW steps against the same run on
-// the CPU device, and every offload placement on CUDA bit-identical to all-device on CUDA.
-// Written against engine/trainer.h only. These tests need the engine's CUDA integration (the
-// device AdamW, NCCL, CUDA-safe host staging) and, for placements, host/NVMe offload; until that
-// lands they fail on a machine with a GPU — they skip without one.
+// the CPU device, bf16 tensor-core GEMMs against f32 ones, and every offload placement on CUDA
+// bit-identical to all-device on CUDA. Written against engine/trainer.h only; each test skips
+// without a GPU. First run on an H200 on 2026-12-04 (bench/results/h200-2026-12-04.md).
 //
 // Tolerances (as tests/engine/test_golden.cpp against PyTorch): both devices compute in f32 but
 // reduce in different orders (cuBLASLt vs OpenBLAS blocking, attention tiling), so the losses of
@@ -60,6 +59,7 @@ TEST(CudaTrainer, FiveStepsMatchTheCpuDevice) {
     Config gpu = tiny("cuda"), cpu = tiny("cpu");
     apply_override(gpu, std::string("train.precision=") + precision);
     apply_override(cpu, std::string("train.precision=") + precision);
+    apply_override(gpu, "train.matmul_precision=f32");  // the CPU device multiplies in f32
     const TrainRun g = run(gpu), c = run(cpu);
     ASSERT_EQ(g.losses.size(), 5u);
     ASSERT_EQ(c.losses.size(), 5u);
@@ -72,6 +72,29 @@ TEST(CudaTrainer, FiveStepsMatchTheCpuDevice) {
       EXPECT_LE(worst, 2e-3) << kNames[k];
     }
   }
+}
+
+// bf16 precision multiplies bf16-rounded operands on the tensor cores (matmul_precision auto):
+// other numbers than the f32 GEMMs give, within bf16's rounding of them, and the same numbers on
+// every run. Bound: bf16 keeps 8 significant bits (relative rounding 2^-9 per operand), so the
+// loss of a 5-step run may move by a few parts in a thousand; 1e-2 of the first loss allows
+// several times that and still fails on a wrong product (a transposed or unrounded operand
+// moves the loss by tenths).
+TEST(CudaTrainer, Bf16MatmulsStayWithinBf16RoundingOfF32Matmuls) {
+  STRATA_REQUIRE_CUDA();
+  Config fast = tiny("cuda");
+  apply_override(fast, "train.precision=bf16");
+  Config exact = fast;
+  apply_override(exact, "train.matmul_precision=f32");
+  const TrainRun f = run(fast), e = run(exact), again = run(fast);
+  ASSERT_EQ(f.losses.size(), 5u);
+  ASSERT_EQ(e.losses.size(), 5u);
+  for (size_t i = 0; i < 5; ++i)
+    EXPECT_NEAR(f.losses[i], e.losses[i], 1e-2 * e.losses[0]) << "step " << i + 1;
+  EXPECT_NE(f.losses, e.losses) << "bf16 GEMMs gave the f32 GEMMs' losses bit for bit: not taken?";
+  EXPECT_LT(f.losses.back(), f.losses.front());
+  EXPECT_EQ(f.losses, again.losses);
+  EXPECT_EQ(f.weights, again.weights);
 }
 
 TEST(CudaTrainer, TrainingOnCudaIsDeterministic) {
@@ -89,8 +112,9 @@ TEST(CudaTrainer, EveryPlacementIsBitIdenticalToAllDevice) {
   struct Placement {
     const char *params, *grads, *optimizer;
   };
-  for (const Placement p : {Placement{"device", "device", "host"}, Placement{"device", "host", "host"},
-                            Placement{"host", "host", "host"}, Placement{"host", "device", "device"}}) {
+  for (const Placement p :
+       {Placement{"device", "device", "host"}, Placement{"device", "host", "host"},
+        Placement{"host", "host", "host"}, Placement{"host", "device", "host"}}) {
     SCOPED_TRACE(str("params=", p.params, " grads=", p.grads, " optimizer=", p.optimizer));
     Config c = tiny("cuda");
     apply_override(c, str("offload.params=", p.params));
@@ -99,6 +123,24 @@ TEST(CudaTrainer, EveryPlacementIsBitIdenticalToAllDevice) {
     const TrainRun r = run(c);
     EXPECT_EQ(r.losses, all_device.losses);
     EXPECT_EQ(r.weights, all_device.weights);
+  }
+}
+
+// The device's AdamW cannot write a compute copy that lives in host memory (the GPU does not
+// address it): that placement is refused with the fix, before anything runs.
+TEST(CudaTrainer, ParamsOffTheDeviceWithTheOptimizerOnItAreRefused) {
+  STRATA_REQUIRE_CUDA();
+  Config c = tiny("cuda");
+  apply_override(c, "offload.params=host");
+  apply_override(c, "offload.optimizer=device");
+  try {
+    run(c);
+    FAIL() << "params on host with the optimizer on the device ran";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("offload.params = host with offload.optimizer = device"), std::string::npos)
+        << m;
+    EXPECT_NE(m.find("offload.optimizer = host or nvme"), std::string::npos) << m;
   }
 }
 
