@@ -210,7 +210,7 @@ const std::vector<Key>& keys() {
       {STRATA_CONFIG_KEY(train, matmul_precision), Kind::choice,
        "operands of the linear layers' GEMMs on CUDA: f32 (CUDA cores, exact f32 products), bf16 "
        "(rounded to bf16 inside cuBLASLt and multiplied on the tensor cores, f32 accumulation: "
-       "about 15x the f32 rate on an H100/H200), auto = bf16 when precision = bf16, else f32. "
+       "8x the f32 rate on an H200), auto = bf16 when precision = bf16, else f32. "
        "The CPU device multiplies in f32 (bf16 there is refused)", any(), {"auto", "f32", "bf16"}},
       {STRATA_CONFIG_KEY(train, optimizer_state_dtype), Kind::choice,
        "dtype of the AdamW m and v shards on every tier: f32, or bf16 (each update computed in "
