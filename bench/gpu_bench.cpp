@@ -412,9 +412,7 @@ nlohmann::json train_run(const Config& cfg, double peak_f32, double peak_bf16) {
             {"optimizer", tier_name(cfg.offload.optimizer)}}},
           {"device_mem_limit", cfg.offload.device_mem_limit},
           {"precision", precision_name(cfg.train.precision)},
-          {"matmul_precision", cfg.train.matmul_precision != "auto" ? cfg.train.matmul_precision
-                               : cfg.train.precision == Precision::bf16 ? "bf16"
-                                                                        : "f32"},
+          {"matmul_precision", cuda_bf16_matmuls(cfg.train) ? "bf16" : "f32"},
           {"tokens_per_step", int64_t(cfg.data.micro_batch) * cfg.data.seq_len * cfg.train.grad_accum},
           {"steps_timed", ms.size()},
           {"tokens_per_s", tokens_per_s},

@@ -52,8 +52,12 @@ bool uses_cuda(const Config& c) {
   return c.train.device == "cuda" || (c.train.device == "auto" && cuda_device_count() > 0);
 }
 
+// The name rates are cached under: the device's, and on CUDA with bf16 GEMM operands (a GEMM
+// rate 8x the f32 one on an H200) that mode too, so the two modes never share a cached rate.
 std::string rate_device_name(const Config& c) {
-  return make_device(uses_cuda(c) ? DeviceKind::cuda : DeviceKind::cpu)->name();
+  if (!uses_cuda(c)) return make_device(DeviceKind::cpu)->name();
+  const std::string name = make_device(DeviceKind::cuda)->name();
+  return cuda_bf16_matmuls(c.train) ? name + ", bf16 GEMM operands" : name;
 }
 
 MachineRates probe_rates(const Config& c, const RateProbeOptions& o) {
@@ -77,7 +81,13 @@ MachineRates probe_rates(const Config& c, const RateProbeOptions& o) {
     g.train = false;
     const nlohmann::json j = run_gpu_bench(g);
     r.device = j.value("device", std::string("cuda"));
+    // The linear's rate as this config runs it: f32, or with bf16 operands on the tensor cores.
     r.gemm_flops = j.value("peak_f32_tflops", 0.0) * 1e12;
+    if (cuda_bf16_matmuls(c.train)) {
+      const auto& b = j["gemm_f32_bf16_operands"];
+      const bool ran = b.is_array() && !b.empty() && b[0].value("ran", false);
+      r.gemm_flops = ran ? b[0].value("tflops", 0.0) * 1e12 : 0.0;
+    }
     if (j["adamw"].value("ran", false)) r.device_mem_gbps = j["adamw"].value("gbps", 0.0);
     if (j["pinned"].value("ran", false)) {
       r.h2d_gbps = j["pinned"].value("h2d_gbps", 0.0);

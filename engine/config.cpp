@@ -42,6 +42,11 @@ std::string_view precision_name(Precision p) {
   return "?";
 }
 
+bool cuda_bf16_matmuls(const TrainConfig& t) {
+  return t.matmul_precision == "bf16" ||
+         (t.matmul_precision == "auto" && t.precision == Precision::bf16);
+}
+
 std::string_view schedule_name(Schedule s) {
   switch (s) {
     case Schedule::constant: return "constant";

@@ -190,4 +190,8 @@ nlohmann::json config_to_json(const Config& config);
 // docs/config.md: every key, its type, default and meaning.
 std::string config_reference_markdown();
 
+// Whether the CUDA device's linear GEMMs take bf16 operands: train.matmul_precision = bf16, or
+// auto under train.precision = bf16. (The CPU device always multiplies in f32.)
+bool cuda_bf16_matmuls(const TrainConfig& t);
+
 }  // namespace strata

@@ -60,7 +60,8 @@ namespace strata {
 struct MachineRates {
   std::string device;          // the device they were measured on (Device::name())
   std::string nvme;            // the file systems of offload.nvme_path, or "" (rate_cache.h)
-  double gemm_flops = 0;       // f32 GEMM FLOP/s of strata's linear path on that device
+  double gemm_flops = 0;       // GEMM FLOP/s of strata's linear path as the config runs it (f32;
+                               // on CUDA with bf16 operands under train.matmul_precision)
   double adam_gbps = 0;        // CPU AdamW, bytes moved per second (28 per f32-state parameter)
   double device_mem_gbps = 0;  // the device AdamW's bytes per second (CPU device: adam_gbps)
   double h2d_gbps = 0;         // host → device copies (CPU device: host memory copies)

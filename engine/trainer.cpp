@@ -332,8 +332,7 @@ struct Trainer::Impl {
         fail("train::device", "train.device = cuda but no CUDA device is present",
              "use train.device = cpu or auto");
       dopt.ordinal = local_rank() % gpus;  // one GPU per rank on each machine
-      const std::string& mm = cfg.train.matmul_precision;
-      dopt.bf16_matmuls = mm == "bf16" || (mm == "auto" && cfg.train.precision == Precision::bf16);
+      dopt.bf16_matmuls = cuda_bf16_matmuls(cfg.train);
     } else if (cfg.train.matmul_precision == "bf16") {
       fail("train::device", "train.matmul_precision = bf16 needs the CUDA device: the CPU device "
            "multiplies in f32", "set train.matmul_precision = auto or f32, or train.device = cuda");
