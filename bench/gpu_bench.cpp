@@ -558,8 +558,9 @@ nlohmann::json run_gpu_bench(const GpuBenchOptions& o) {
         return r;
       });
       // The same run with f32 GEMMs on the CUDA cores, for comparison: what precision = bf16
-      // computed before its GEMMs took bf16 operands.
-      if (base.train.matmul_precision != "f32")
+      // computed before its GEMMs took bf16 operands. (A run that multiplies in f32 already is
+      // that run: not repeated.)
+      if (cuda_bf16_matmuls(base.train))
         train["device_f32_matmuls"] = section([&] {
           Config c = base;
           c.train.matmul_precision = "f32";

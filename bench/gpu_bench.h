@@ -8,12 +8,16 @@
 //              the same shape, each validated and timed — in TFLOP/s;
 //   gemm_f32   per shape: strata's f32 linear (cuBLASLt, FMA algorithms, no TF32) in TFLOP/s;
 //              the best is the MFU denominator of the f32 training runs;
+//   gemm_f32_bf16_operands  the same linear with its operands rounded to bf16 on the tensor
+//              cores (train.matmul_precision = bf16), validated against a bound widened by that
+//              rounding;
 //   adamw      the device AdamW in params/s and GB/s next to a device-to-device copy measured in
 //              the same run (28 bytes per parameter for an f32 step, 30 with the bf16 copy; goal:
 //              ≥ 0.8 of the copy), validated bit for bit against the CPU scalar path over
 //              adam_steps steps first;
 //   pinned     pinned host ⇄ device copy GB/s;
-//   train      tokens/s and MFU of training runs: all on the device, then offloaded (params,
+//   train      tokens/s and MFU of training runs: all on the device (repeated with f32 GEMMs
+//              when it multiplies with bf16 operands, device_f32_matmuls), then offloaded (params,
 //              grads and optimizer to host, or offload_overrides) under a device limit that
 //              forces it (and to NVMe with nvme_path).
 // Timing: host wall clock around stream synchronizes, calls batched so a batch takes ≥ 2 ms; the

@@ -6,9 +6,9 @@
 // inputs and output, the inputs rounded to bf16 inside cuBLASLt and multiplied on the tensor
 // cores with f32 accumulation (CUBLAS_COMPUTE_32F_FAST_16BF: what a bf16 mixed-precision GEMM
 // computes, without bf16 copies of the operands). bf16: bf16 inputs and output, f32 accumulation
-// (CUBLAS_COMPUTE_32F). The algorithm is cuBLASLt's first
-// heuristic choice for the shape and the pointers' alignment (cached per device), so a call
-// with the same shapes and alignments always runs the same algorithm: bit-reproducible.
+// (CUBLAS_COMPUTE_32F). The algorithm is cuBLASLt's first heuristic choice for the shape and the
+// pointers' alignment (cached per device), so a call with the same shapes and alignments always
+// runs the same algorithm: bit-reproducible.
 // Not here: batched or strided GEMMs (attention has its own kernels), epilogues.
 #pragma once
 
