@@ -275,6 +275,12 @@ const std::vector<Key>& keys() {
        "whose updates the next forward waits for; rounded down to whole chunks, part of "
        "offload.pinned_mem_limit; needs offload.overlap_optimizer. 0 = only the pipeline's next "
        "chunk", between(0, kMaxBytes)},
+      {STRATA_CONFIG_KEY(offload, optimizer_host_bytes), Kind::size,
+       "with offload.optimizer = nvme: host memory per rank for the optimizer states (master, m, "
+       "v) of the first units in forward order, whole units while they fit; those never go to "
+       "NVMe (each byte kept saves a byte of NVMe reads and one of writes per step, and the "
+       "updates the next forward waits for first run from memory), the rest live on NVMe. "
+       "Ordinary host memory, not pinned; 0 = every unit's states on NVMe", between(0, kMaxBytes)},
       {STRATA_CONFIG_KEY(offload, overlap_optimizer), Kind::boolean,
        "with offload.optimizer = host or nvme: the CPU AdamW steps units in forward order on a "
        "thread of its own while the next step's forward runs (a unit's forward waits only for its "
@@ -1056,6 +1062,12 @@ void validate(const Config& c) {
              " = \"nvme\" needs offload.nvme_path, which is empty"),
          "set offload.nvme_path to one directory per NVMe device, e.g. "
          "--set offload.nvme_path=/mnt/nvme0,/mnt/nvme1");
+  if (o.optimizer_host_bytes && !o.optimizer.automatic && o.optimizer != Tier::nvme)
+    fail(kWhere,
+         str("offload.optimizer_host_bytes = ", format_bytes(o.optimizer_host_bytes),
+             " keeps part of an NVMe optimizer in host memory, but offload.optimizer = \"",
+             tier_name(o.optimizer), "\""),
+         "set offload.optimizer = \"nvme\" (or \"auto\"), or drop offload.optimizer_host_bytes");
   if (c.io.block_size % 4096 != 0)
     fail(kWhere, str("io.block_size = ", c.io.block_size, " is not a multiple of 4096"),
          "allowed: 4096, 64K, 1M, ...");

@@ -123,6 +123,7 @@ struct OffloadConfig {
   int prefetch = 2;               // NVMe reads ahead, in units
   uint64_t optimizer_chunk = 64ull << 20;  // bytes per chunk of the NVMe optimizer pipeline
   uint64_t optimizer_read_ahead = 0;       // pinned bytes of NVMe optimizer states read ahead
+  uint64_t optimizer_host_bytes = 0;       // bytes of the NVMe optimizer's first units kept in RAM
   bool overlap_optimizer = true;  // step off-device states on a thread, overlapping the next forward
   // Whether any of params, grads, optimizer is "auto".
   bool any_auto() const { return params.automatic || grads.automatic || optimizer.automatic; }

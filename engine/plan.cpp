@@ -83,9 +83,17 @@ MemoryPlan plan_memory(const Config& c, int dp, const PlanMachine& machine, int 
   };
 
   // Shards.
-  row(pl.optimizer, "master weights (f32 shard)", mul(shard, 4));
+  // offload.optimizer_host_bytes: the first units' states in host memory, the rest on NVMe.
+  uint64_t kept = 0;  // elements of this rank's shards whose states stay in host memory
+  for (int u = 0; u < optimizer_host_units(model, pl); ++u)
+    kept += model.unit(u).layout.shard_numel();
+  const std::string kept_text = kept ? " of the first units (offload.optimizer_host_bytes)" : "";
+  row(Tier::host, "master weights (f32 shard)" + kept_text, mul(kept, 4));
+  row(Tier::host, str("AdamW m and v (", dtype_name(pl.state), " shards)") + kept_text,
+      mul(kept, 2 * pl.state_elem_bytes()));
+  row(pl.optimizer, "master weights (f32 shard)", mul(shard - kept, 4));
   row(pl.optimizer, str("AdamW m and v (", dtype_name(pl.state), " shards)"),
-      mul(shard, 2 * pl.state_elem_bytes()));
+      mul(shard - kept, 2 * pl.state_elem_bytes()));
   row(grads, "gradients (f32 shard)", mul(shard, 4), true);
   if (!pl.param_is_master())
     row(pl.params, bf16 ? "compute copy (bf16 shard)" : "compute copy (f32 shard)", mul(shard, esz), true);

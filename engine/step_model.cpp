@@ -88,7 +88,9 @@ StepPrediction predict_step(const Config& c, int dp, const PlanMachine& machine,
   }
   const double bwd_d2h = pl.grads_tier() == Tier::host ? m * S : 0;  // each reduction to the host shard
   double opt_h2d = 0, opt_d2h = 0, opt_read = 0, opt_write = 0;
-  if (pl.optimizer == Tier::nvme) opt_read = opt_write = O;
+  // (offload.optimizer_host_bytes: the first units' states stay in host memory, off the disk)
+  if (pl.optimizer == Tier::nvme)
+    opt_read = opt_write = O - double(optimizer_host_bytes(model, pl));
   if (!pl.param_is_master()) {  // the optimizer writes the refreshed compute copy to its tier
     if (pl.params == Tier::nvme) opt_write += P;
     if (offload_opt && pl.params == Tier::device) opt_h2d += P;
@@ -166,9 +168,11 @@ StepPrediction predict_step(const Config& c, int dp, const PlanMachine& machine,
     // for their disk time; the AdamW is counted whole already). When the optimizer or the disk
     // is the bottleneck the worker never idles, and that wait is inside their time.
     const double disk = fwd_read_ms + bwd_read_ms + opt_io_ms + opt_copy_ms;
-    double first = 0;
-    for (size_t u = 0; u < std::min<size_t>(2, model.units().size()); ++u)
-      first += double(model.units()[u].layout.shard_numel()) / std::max(shard, 1.0);
+    double first = 0;  // their share of the states on NVMe (none when kept in host memory)
+    const double nvme_states = std::max(shard - double(optimizer_host_bytes(model, pl)) /
+                                                    double(pl.optimizer_state_bytes()), 1.0);
+    for (int u = optimizer_host_units(model, pl); u < std::min(2, model.num_units()); ++u)
+      first += double(model.unit(u).layout.shard_numel()) / nvme_states;
     // What was read ahead of them (offload.optimizer_read_ahead) is off their disk time.
     const double first_ahead_ms = std::min(first * opt_read_ms, ahead_ms);
     const double tail = cpu ? first * (opt_io_ms + opt_copy_ms) - first_ahead_ms

@@ -62,11 +62,32 @@ std::vector<SlotClass> grad_slot_classes(const LlamaModel& model, const Placemen
   return slot_classes_of(model, p.grad_slots() - (p.keep_embedding ? 1 : 0), p.keep_embedding);
 }
 
+int optimizer_host_units(const LlamaModel& model, const Placement& p) {
+  if (p.optimizer != Tier::nvme || !p.optimizer_host_bytes) return 0;
+  uint64_t used = 0;
+  int n = 0;
+  for (const auto& u : model.units()) {
+    used += uint64_t(u.layout.shard_numel()) * p.optimizer_state_bytes();
+    if (used > p.optimizer_host_bytes) break;
+    ++n;
+  }
+  return n;
+}
+
+uint64_t optimizer_host_bytes(const LlamaModel& model, const Placement& p) {
+  uint64_t bytes = 0;
+  const int n = optimizer_host_units(model, p);
+  for (int u = 0; u < n; ++u)
+    bytes += uint64_t(model.unit(u).layout.shard_numel()) * p.optimizer_state_bytes();
+  return bytes;
+}
+
 int read_ahead_buffers(const LlamaModel& model, const Placement& p) {
   const size_t shard = max_shard(model);
   const uint64_t chunk = p.chunk_bytes(shard, kShardAlignElems) / 4;  // elements
-  uint64_t chunks = 0;
-  for (const auto& u : model.units()) chunks += div_ceil(u.layout.shard_numel(), chunk);
+  uint64_t chunks = 0;  // of the states on NVMe: those kept in host memory are not read
+  for (int u = optimizer_host_units(model, p); u < model.num_units(); ++u)
+    chunks += div_ceil(model.unit(u).layout.shard_numel(), chunk);
   return p.read_ahead_buffers(shard, kShardAlignElems, chunks);
 }
 
@@ -114,6 +135,7 @@ ZeroOptions zero_options(const Config& cfg) {
   p.grad_accum = cfg.train.grad_accum;
   p.optimizer_chunk = cfg.offload.optimizer_chunk;
   p.optimizer_read_ahead = cfg.offload.overlap_optimizer ? cfg.offload.optimizer_read_ahead : 0;
+  p.optimizer_host_bytes = cfg.offload.optimizer_host_bytes;
   zo.nvme_path = cfg.offload.nvme_path;
   zo.pinned_mem_limit = cfg.offload.pinned_mem_limit;
   zo.nvme_prefetch = cfg.offload.prefetch;
@@ -164,9 +186,10 @@ ZeroEngine::Impl::Impl(const LlamaModel& model, Device& device, Communicator& dp
         fail("zero::init", str("cannot create offload.nvme_path directory '", d, "': ", ec.message()));
     }
     uint64_t need = 0;
-    for (const auto& u : model.units()) {
-      uint64_t n = u.layout.shard_numel();
-      if (nvme_opt) need += n * place_.optimizer_state_bytes();
+    const int opt_host_units = optimizer_host_units(model, place_);
+    for (int ui = 0; ui < model.num_units(); ++ui) {
+      const uint64_t n = model.unit(ui).layout.shard_numel();
+      if (nvme_opt && ui >= opt_host_units) need += n * place_.optimizer_state_bytes();
       if (nvme_params && !param_is_master()) need += n * esz;
     }
     IoOptions io;
@@ -198,13 +221,15 @@ ZeroEngine::Impl::Impl(const LlamaModel& model, Device& device, Communicator& dp
       swap_->allocate(key, bytes);
     }
   };
+  const int opt_host_units = optimizer_host_units(model, place_);  // offload.optimizer_host_bytes
   for (int u = 0; u < model.num_units(); ++u) {
     Unit& s = units_[size_t(u)];
     const size_t n = model.unit(u).layout.shard_numel();
     const std::string k = str("unit", u, "/");
-    place(s.master, place_.optimizer, n * 4, k + "master", "master weights shard", false);
-    place(s.m, place_.optimizer, n * ssz, k + "m", "AdamW m shard", false);
-    place(s.v, place_.optimizer, n * ssz, k + "v", "AdamW v shard", false);
+    const Tier opt_tier = u < opt_host_units ? Tier::host : place_.optimizer;
+    place(s.master, opt_tier, n * 4, k + "master", "master weights shard", false);
+    place(s.m, opt_tier, n * ssz, k + "m", "AdamW m shard", false);
+    place(s.v, opt_tier, n * ssz, k + "v", "AdamW v shard", false);
     place(s.grad, grads_tier_, n * 4, "", "gradient shard", true);
     if (!param_is_master())
       place(s.param, place_.params, n * esz, k + "param", bf16 ? "bf16 parameter shard" : "f32 parameter shard", true);

@@ -88,6 +88,11 @@ std::vector<SlotClass> grad_slot_classes(const LlamaModel& model, const Placemen
 // (Placement::read_ahead_buffers over this rank's chunks of `model`); the engine allocates these
 // and the plan counts them.
 int read_ahead_buffers(const LlamaModel& model, const Placement& placement);
+// With the optimizer on NVMe: how many of `model`'s first units (forward order) keep their
+// optimizer states in host memory under offload.optimizer_host_bytes — whole units, while this
+// rank's shards of master, m and v fit; and those states' bytes. 0 otherwise.
+int optimizer_host_units(const LlamaModel& model, const Placement& placement);
+uint64_t optimizer_host_bytes(const LlamaModel& model, const Placement& placement);
 uint64_t read_ahead_bytes(const LlamaModel& model, const Placement& placement);  // their bytes
 
 // One rank's pinned staging pools under offload.pinned_mem_limit: the engine allocates these and

@@ -360,7 +360,8 @@ bool ZeroEngine::Impl::read_ahead(StepJob& j) {
   for (;;) {
     auto left = [&](int u) {
       const size_t n = model_.unit(u).layout.shard_numel();
-      return !j.started[size_t(u)] && j.ahead[size_t(u)].size() < div_ceil(n, chunk);
+      return units_[size_t(u)].master.tier == Tier::nvme && !j.started[size_t(u)] &&
+             j.ahead[size_t(u)].size() < div_ceil(n, chunk);
     };
     while (j.ahead_unit < U && !left(j.ahead_unit)) ++j.ahead_unit;
     if (j.ahead_unit >= U || j.ahead_free < per) return false;
@@ -583,7 +584,7 @@ void ZeroEngine::Impl::step_unit_chunked(int u, const StepParams& p, StepJob* ga
   const size_t chunk = chunk_pool_ ? chunk_pool_->buffer_bytes() / 4 : n;  // elements
   const size_t nchunks = div_ceil(n, chunk);
   Shard* states[3] = {&s.master, &s.m, &s.v};
-  const bool opt_nvme = place_.optimizer == Tier::nvme;
+  const bool opt_nvme = s.master.tier == Tier::nvme;  // (offload.optimizer_host_bytes: per unit)
   const bool param_nvme = separate_param && s.param.tier == Tier::nvme;
   // Its first chunks read ahead by the worker (read_ahead): updated and written back from there.
   std::vector<AheadChunk>* ahead = gate ? &gate->ahead[size_t(u)] : nullptr;

@@ -47,6 +47,10 @@ struct Placement {
   // offload.optimizer_read_ahead, bytes (0 when offload.overlap_optimizer is off: without the
   // optimizer's worker nothing reads ahead).
   uint64_t optimizer_read_ahead = 0;
+  // offload.optimizer_host_bytes: with the optimizer on NVMe, the first units' states (whole
+  // units, in forward order, while their bytes fit) live in host memory instead
+  // (optimizer_host_units in engine/zero.h counts them).
+  uint64_t optimizer_host_bytes = 0;
 
   // The grads tier in effect: optimizer states off the device pull gradients to host memory.
   Tier grads_tier() const;

@@ -354,6 +354,32 @@ TEST_P(ResumePlacements, EveryPlacementResumesBitExact) {
 INSTANTIATE_TEST_SUITE_P(Checkpoint, ResumePlacements, testing::Values(Precision::fp32, Precision::bf16),
                          [](const auto& info) { return info.param == Precision::bf16 ? "bf16" : "f32"; });
 
+// offload.optimizer_host_bytes: a checkpoint saved with the first units' states in host memory
+// resumes with every state on NVMe, and the other way round, bit for bit.
+TEST(Checkpoint, StatesKeptInHostMemoryResumeEitherWay) {
+  Config c = base(Precision::bf16);
+  c.offload.params = Tier::nvme;
+  c.offload.grads = Tier::host;
+  c.offload.optimizer = Tier::nvme;
+  c.offload.nvme_path = {rank_dir("keep")};
+  const LlamaModel whole(c.model, world().size());
+  const uint64_t keep =
+      (whole.unit(0).layout.shard_numel() + whole.unit(1).layout.shard_numel()) * 12;
+  const Result straight = run(c, world());
+  for (bool kept_first : {true, false}) {
+    SCOPED_TRACE(kept_first ? "saved with kept states, resumed without"
+                            : "saved without, resumed with");
+    const std::string root = shared_dir(kept_first ? "keep_first" : "keep_second", world());
+    Config first = c, second = c;
+    (kept_first ? first : second).offload.optimizer_host_bytes = keep;
+    first.checkpoint.dir = root;
+    first.checkpoint.every = 5;
+    TrainerOptions stop;
+    stop.stop_after = 5;
+    expect_resume_continues(second, root, run(first, world(), stop).losses, straight);
+  }
+}
+
 // bf16 m and v (train.optimizer_state_dtype = bf16) are stored as the engine holds them: 2 bytes
 // an element, version 3 with "state_dtypes"; read back widened (exact), on any layout.
 TEST(CheckpointFormat, Bf16StatesAreStoredAsBf16AndReadBackExactly) {

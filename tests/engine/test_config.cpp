@@ -259,6 +259,14 @@ TEST(Config, OffloadTierRules) {
   Config n = load_text("[offload]\nparams = \"nvme\"\nnvme_path = [\"/mnt/a\"]\n");
   EXPECT_EQ(n.offload.params, Tier::nvme);
   EXPECT_ERROR_HAS(load_text("[offload]\ngrads = \"nvme\"\n"), "offload.grads", "never");
+  // Part of an NVMe optimizer kept in host memory: only with the optimizer on NVMe (or "auto").
+  EXPECT_ERROR_HAS(load_text("[offload]\noptimizer = \"host\"\noptimizer_host_bytes = \"1G\"\n"),
+                   "offload.optimizer_host_bytes = 1G", "offload.optimizer = \"host\"",
+                   "set offload.optimizer = \"nvme\"");
+  EXPECT_NO_THROW(load_text("[offload]\noptimizer = \"auto\"\noptimizer_host_bytes = \"1G\"\n"));
+  const Config k = load_text("[offload]\noptimizer = \"nvme\"\nnvme_path = [\"/mnt/a\"]\n"
+                             "optimizer_host_bytes = \"1G\"\n");
+  EXPECT_EQ(k.offload.optimizer_host_bytes, 1ull << 30);
 }
 
 TEST(Config, OverridesParseByKeyType) {

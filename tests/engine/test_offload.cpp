@@ -123,7 +123,8 @@ class Placements : public testing::TestWithParam<Numerics> {};
 // serial, and unclipped (train.grad_clip = 0: each unit updated during the backward, as soon as
 // its gradient is final), each against the all-device run with the same clipping. States on NVMe
 // also with offload.optimizer_read_ahead: two or three chunks (part of the first units), and
-// more than there is (every chunk).
+// more than there is (every chunk); and each of those again with offload.optimizer_host_bytes
+// keeping the first two units' states in host memory (room for two and a half: whole units only).
 TEST_P(Placements, EveryPlacementIsBitIdenticalToAllDevice) {
   const Numerics num = GetParam();
   Config all = base(num.precision);
@@ -133,28 +134,40 @@ TEST_P(Placements, EveryPlacementIsBitIdenticalToAllDevice) {
   const Result ref = run(all), ref_unclipped = run(all_unclipped);
   ASSERT_NE(ref.losses, ref_unclipped.losses) << "clipping must be active for the comparison to mean anything";
   const std::string dir = nvme_dir(num.name());
+  uint64_t keep_bytes = 0;  // the first two units' master, m and v, and half the third's
+  {
+    const LlamaModel whole(all.model, world().size());  // named: units() refers into it
+    const uint64_t per = 4 + 2 * dtype_bytes(num.states);
+    for (int u = 0; u < 3; ++u)
+      keep_bytes += whole.unit(u).layout.shard_numel() * per / (u == 2 ? 2 : 1);
+  }
   int combos = 0;
   enum Order { overlapped, serial, unclipped };
   for (Tier params : {Tier::device, Tier::host, Tier::nvme})
     for (Tier grads : {Tier::device, Tier::host})
       for (Tier optimizer : {Tier::device, Tier::host, Tier::nvme})
         for (Order order : {overlapped, serial, unclipped})
-          for (uint64_t ahead : {uint64_t(0), uint64_t(7 * all.offload.optimizer_chunk), uint64_t(1) << 30}) {
+          for (uint64_t ahead : {uint64_t(0), 7 * all.offload.optimizer_chunk, uint64_t(1) << 30})
+          for (uint64_t keep : {uint64_t(0), keep_bytes}) {
             if (order != overlapped && optimizer == Tier::device) continue;  // nothing to overlap
             // Read ahead: states on NVMe, overlapped (the gradients are in host memory whatever
-            // offload.grads says, so one of the two suffices).
+            // offload.grads says, so one of the two suffices). States kept in host memory: on
+            // NVMe, the same one of the two.
             if (ahead && (optimizer != Tier::nvme || order == serial || grads != Tier::host)) continue;
+            if (keep && (optimizer != Tier::nvme || grads != Tier::host)) continue;
             Config c = order == unclipped ? all_unclipped : all;
             c.offload.params = params;
             c.offload.grads = grads;
             c.offload.optimizer = optimizer;
             c.offload.overlap_optimizer = order != serial;
             c.offload.optimizer_read_ahead = ahead;
+            c.offload.optimizer_host_bytes = keep;
             if (params == Tier::nvme || optimizer == Tier::nvme) c.offload.nvme_path = {dir};
             std::string what = std::string("params=") + name(params) + " grads=" + name(grads) +
                                " optimizer=" + name(optimizer) +
                                (order == serial ? " serial" : order == unclipped ? " unclipped" : "") +
-                               (ahead ? str(" read_ahead=", format_bytes(ahead)) : std::string());
+                               (ahead ? str(" read_ahead=", format_bytes(ahead)) : std::string()) +
+                               (keep ? str(" host_bytes=", format_bytes(keep)) : std::string());
             SCOPED_TRACE(what);
             if (std::getenv("STRATA_TEST_VERBOSE")) std::fprintf(stderr, "placement %s\n", what.c_str());
             Result r = run(c);
@@ -163,7 +176,8 @@ TEST_P(Placements, EveryPlacementIsBitIdenticalToAllDevice) {
             EXPECT_TRUE(r.weights == want.weights) << what << ": final weights differ";
             ++combos;
           }
-  EXPECT_EQ(combos, 18 + 12 + 12 + 3 * 2 * 2);
+  // + with kept states: 3 params x (overlapped and unclipped with 3 read-aheads, serial)
+  EXPECT_EQ(combos, 18 + 12 + 12 + 3 * 2 * 2 + 3 * 7);
 }
 
 INSTANTIATE_TEST_SUITE_P(Offload, Placements,
@@ -307,9 +321,18 @@ TEST(Offload, PlanCountsWhatTheEngineAllocates) {
         c.offload.nvme_path = {dir};
         // With bf16 m and v, states read ahead too (a pool of its own; ignored off NVMe).
         c.offload.optimizer_read_ahead = states == DType::bf16 ? 5 * c.offload.optimizer_chunk : 0;
+        // With bf16 compute and the states on NVMe, the first unit's states in host memory.
+        uint64_t shard = 0, first = 0;
+        const LlamaModel whole(c.model, world().size());  // named: units() refers into it
+        for (const auto& u : whole.units()) shard += u.layout.shard_numel();
+        first = whole.unit(0).layout.shard_numel();
+        if (optimizer == Tier::nvme && prec == Precision::bf16)
+          c.offload.optimizer_host_bytes = first * (4 + 2 * dtype_bytes(states)) + 4096;
+        const uint64_t kept = c.offload.optimizer_host_bytes ? first : 0;
         const std::string what = str(precision_name(prec), " ", dtype_name(states), " m, v; optimizer ",
                                      name(optimizer), ", params ", name(c.offload.params),
-                                     c.offload.optimizer_read_ahead ? " read ahead" : "");
+                                     c.offload.optimizer_read_ahead ? " read ahead" : "",
+                                     kept ? ", the first unit's states in host memory" : "");
         SCOPED_TRACE(what);
         PlanMachine m;
         m.device_capacity = 64ull << 30;
@@ -343,13 +366,14 @@ TEST(Offload, PlanCountsWhatTheEngineAllocates) {
         EXPECT_GE(z.pinned_bytes, staging);
         EXPECT_LE(z.pinned_bytes, staging + pools * ((2u << 20) - 1));
         EXPECT_EQ(z.nvme_bytes, plan.tier_bytes("nvme"));
-        // m and v: 8 bytes per shard element in f32, 4 in bf16.
-        uint64_t shard = 0;
-        const LlamaModel whole(c.model, world().size());  // named: units() refers into it
-        for (const auto& u : whole.units()) shard += u.layout.shard_numel();
-        const Tier mv = optimizer == Tier::host ? Tier::host : optimizer;
-        EXPECT_EQ(rows(mv == Tier::device ? "device" : mv == Tier::host ? "host" : "nvme", {"AdamW m and v"}),
-                  shard * (states == DType::bf16 ? 4 : 8));
+        // m and v: 8 bytes per shard element in f32, 4 in bf16 (the kept unit's in host memory).
+        const uint64_t mv = states == DType::bf16 ? 4 : 8;
+        EXPECT_EQ(rows(name(optimizer), {"AdamW m and v"}),
+                  (shard - (optimizer == Tier::nvme ? kept : 0)) * mv);
+        if (optimizer == Tier::nvme) {
+          EXPECT_EQ(rows("host", {"AdamW m and v"}), kept * mv);
+          EXPECT_EQ(rows("host", {"master weights"}), kept * 4);
+        }
       }
 }
 

@@ -298,6 +298,34 @@ TEST(StepModel, ReadAheadMovesStateReadsIntoTheBackward) {
             predict_step(placed(c, Tier::host, Tier::host), 1, gpu_machine(), r).step_ms);
 }
 
+// offload.optimizer_host_bytes: the kept units' states are neither read nor written on NVMe, so
+// each step's optimizer traffic shrinks by their bytes each way; the AdamW still reads and
+// writes them all. Keeping every unit moves nothing through NVMe for the optimizer.
+TEST(StepModel, StatesKeptInHostMemoryLeaveTheDisk) {
+  Config c = placed(small(scratch_dir()), Tier::host, Tier::nvme);
+  const MachineRates r = rates();
+  const StepPrediction none = predict_step(c, 1, gpu_machine(), r);
+  const LlamaModel model(c.model, 1);
+  const uint64_t per = zero_options(c).placement.optimizer_state_bytes();
+  const uint64_t first_two =
+      (model.unit(0).layout.shard_numel() + model.unit(1).layout.shard_numel()) * per;
+  c.offload.optimizer_host_bytes = first_two + per;  // room for two units and a little: two
+  EXPECT_EQ(optimizer_host_units(model, zero_options(c).placement), 2);
+  const StepPrediction two = predict_step(c, 1, gpu_machine(), r);
+  EXPECT_NEAR(two.bytes.nvme_read, none.bytes.nvme_read - double(first_two), 1.0);
+  EXPECT_NEAR(two.bytes.nvme_write, none.bytes.nvme_write - double(first_two), 1.0);
+  EXPECT_EQ(two.bytes.adam, none.bytes.adam);
+  EXPECT_LT(two.nvme_ms, none.nvme_ms);
+  c.offload.optimizer_host_bytes = 1ull << 40;  // every unit
+  const StepPrediction all = predict_step(c, 1, gpu_machine(), r);
+  EXPECT_EQ(all.bytes.nvme_read, 0.0);
+  EXPECT_EQ(all.bytes.nvme_write, 0.0);
+  // Off NVMe the key is refused before any prediction (config::validate); the engine's helper
+  // counts nothing there.
+  const Placement host = zero_options(placed(c, Tier::host, Tier::host)).placement;
+  EXPECT_EQ(optimizer_host_units(model, host), 0);
+}
+
 // On the CPU device the GEMM and AdamW rates are the measured threads' and are shared: a rank
 // gets min(1 / ranks on the machine, train.threads / measured threads) of them.
 TEST(StepModel, CpuRatesFollowThreadsAndRanks) {
