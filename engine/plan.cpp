@@ -87,9 +87,8 @@ MemoryPlan plan_memory(const Config& c, int dp, const PlanMachine& machine, int 
   uint64_t kept = 0;  // elements of this rank's shards whose states stay in host memory
   for (int u = 0; u < optimizer_host_units(model, pl); ++u)
     kept += model.unit(u).layout.shard_numel();
-  const std::string kept_text = kept ? " of the first units (offload.optimizer_host_bytes)" : "";
-  row(Tier::host, "master weights (f32 shard)" + kept_text, mul(kept, 4));
-  row(Tier::host, str("AdamW m and v (", dtype_name(pl.state), " shards)") + kept_text,
+  row(Tier::host, "master weights, first units kept (f32)", mul(kept, 4));
+  row(Tier::host, str("AdamW m and v, first units kept (", dtype_name(pl.state), ")"),
       mul(kept, 2 * pl.state_elem_bytes()));
   row(pl.optimizer, "master weights (f32 shard)", mul(shard - kept, 4));
   row(pl.optimizer, str("AdamW m and v (", dtype_name(pl.state), " shards)"),
