@@ -287,7 +287,9 @@ ZeroEngine::Impl::Impl(const LlamaModel& model, Device& device, Communicator& dp
   const PinnedStaging staging =
       pinned_staging(model, place_, opt_.pinned_mem_limit, opt_.nvme_prefetch);
   const uint64_t chunk_bytes = staging.chunk_bytes;
-  if (place_.optimizer_read_ahead && place_.optimizer == Tier::nvme && !staging.ahead_buffers)
+  // (Every unit's states kept in host memory leaves nothing to read ahead: no error then.)
+  if (place_.optimizer_read_ahead && place_.optimizer == Tier::nvme && !staging.ahead_buffers &&
+      optimizer_host_units(model, place_) < model.num_units())
     fail("zero::init",
          str("offload.optimizer_read_ahead = ", format_bytes(place_.optimizer_read_ahead),
              " holds no whole chunk of the optimizer states (",

@@ -788,6 +788,61 @@ TEST(Offload, ReadAheadFillsItsBudgetBeforeTheNorm) {
   EXPECT_ERROR_HAS(run(c), "offload.optimizer_read_ahead", "holds no whole chunk");
 }
 
+// offload.optimizer_host_bytes: the kept units' states never touch NVMe — each step reads and
+// writes exactly the other units' master, m and v (params in host memory: nothing else is on
+// NVMe; counted in the serial order, where a step's update is inside its own record) — and
+// read-ahead begins at the first unit on NVMe. With every unit kept nothing moves
+// through NVMe, and a read-ahead budget is then not an error (nothing is left to read ahead).
+TEST(Offload, KeptStatesLeaveTheDiskAndReadAheadStartsAfterThem) {
+  Config c = base(Precision::bf16);
+  c.offload.optimizer = Tier::nvme;
+  c.offload.params = Tier::host;
+  c.offload.nvme_path = {nvme_dir("kept")};
+  c.offload.optimizer_read_ahead = 3 * c.offload.optimizer_chunk;  // one chunk
+  const LlamaModel model(c.model, world().size());
+  uint64_t all = 0, first_two = 0;
+  for (int u = 0; u < model.num_units(); ++u) {
+    all += model.unit(u).layout.shard_numel() * 12;  // f32 master, m, v
+    if (u < 2) first_two += model.unit(u).layout.shard_numel() * 12;
+  }
+  c.offload.optimizer_host_bytes = first_two;
+  std::mutex mu;
+  std::set<int> read_ahead_units;
+  auto hooks = std::make_shared<TestHooks>();
+  hooks->after_read_ahead = [&](int u, uint64_t) {
+    std::lock_guard<std::mutex> lock(mu);
+    read_ahead_units.insert(u);
+  };
+  TrainerOptions opt;
+  opt.test_hooks = hooks;
+  std::vector<StepRecord> records;
+  opt.on_step = [&](const StepRecord& r) { records.push_back(r); };
+  run(c, opt);
+  ASSERT_FALSE(read_ahead_units.empty());
+  EXPECT_EQ(*read_ahead_units.begin(), 2) << "read-ahead must skip the kept units";
+  Config serial = c;
+  serial.offload.overlap_optimizer = false;
+  records.clear();
+  run(serial, opt);
+  ASSERT_EQ(records.size(), size_t(c.train.steps));
+  for (const StepRecord& r : records) {  // step 1 also writes the initial states
+    EXPECT_EQ(r.traffic.nvme_read_bytes, all - first_two) << "step " << r.step;
+    EXPECT_EQ(r.traffic.nvme_write_bytes, (r.step == 1 ? 2 : 1) * (all - first_two))
+        << "step " << r.step;
+  }
+
+  c.offload.optimizer_host_bytes = all;  // every unit
+  records.clear();
+  read_ahead_units.clear();
+  run(c, opt);
+  ASSERT_EQ(records.size(), size_t(c.train.steps));
+  for (const StepRecord& r : records) {
+    EXPECT_EQ(r.traffic.nvme_read_bytes, 0u) << "step " << r.step;
+    EXPECT_EQ(r.traffic.nvme_write_bytes, 0u) << "step " << r.step;
+  }
+  EXPECT_TRUE(read_ahead_units.empty());
+}
+
 // Serial: the error stops the step it happens in. Overlapped (offload.overlap_optimizer): step
 // 2's update runs behind its end, so step 2 has reported (its metrics line is written) when the
 // error surfaces in step 3's forward, the first pass that needs the unit it did not update; no
