@@ -65,7 +65,11 @@ struct MpiRuntime {
   MpiRuntime() {
     int initialized = 0;
     MPI_Initialized(&initialized);
+    // Setup and teardown are bounded like every other wait: a rank the launcher never started,
+    // or one that died before it got here, leaves the others blocked in them, and the watchdog
+    // ends the job after the timeout (the handler, MPI_Abort, is installed before this runs).
     if (!initialized) {
+      WatchedWait w("MPI_Init_thread (the launcher connecting every rank)", WaitKind::collective);
       STRATA_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided));
     } else {
       MPI_Query_thread(&provided);
@@ -78,15 +82,26 @@ struct MpiRuntime {
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     STRATA_MPI_CHECK(MPI_Op_create(&bf16_sum, 1, &bf16_sum_op));
     STRATA_MPI_CHECK(MPI_Op_create(&bf16_max, 1, &bf16_max_op));
-    STRATA_MPI_CHECK(MPI_Win_allocate(MPI_Aint(kTrackedComms * sizeof(int64_t)), sizeof(int64_t),
-                                      MPI_INFO_NULL, MPI_COMM_WORLD, &progress, &progress_win));
+    {
+      WatchedWait w("MPI_Win_allocate of the arrival counters on MPI_COMM_WORLD",
+                    WaitKind::collective);
+      STRATA_MPI_CHECK(MPI_Win_allocate(MPI_Aint(kTrackedComms * sizeof(int64_t)),
+                                        sizeof(int64_t), MPI_INFO_NULL, MPI_COMM_WORLD, &progress,
+                                        &progress_win));
+    }
     for (int i = 0; i < kTrackedComms; ++i) std::atomic_ref<int64_t>(progress[i]).store(0);
     MPI_Win_set_errhandler(progress_win, MPI_ERRORS_RETURN);
-    STRATA_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));  // every counter is zero before anyone reads
+    {
+      WatchedWait w("barrier on MPI_COMM_WORLD after setup", WaitKind::collective);
+      STRATA_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));  // every counter is zero before anyone reads
+    }
     std::atexit([] {
       int finalized = 0;
       MPI_Finalized(&finalized);
       if (finalized) return;
+      // Both are collective over the world: a rank that never exits holds the others here.
+      // (The watchdog's state outlives static destruction: watched from an exit handler too.)
+      WatchedWait w("MPI_Finalize at exit (every rank must reach it)", WaitKind::collective);
       MpiRuntime& rt = runtime();
       if (rt.progress_win != MPI_WIN_NULL) MPI_Win_free(&rt.progress_win);
       MPI_Finalize();

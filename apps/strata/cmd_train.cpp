@@ -14,6 +14,7 @@
 #include "bench/gemm_bench.h"
 #include "core/dtype.h"
 #include "core/log.h"
+#include "core/watchdog.h"
 #include "core/size.h"
 #include "engine/trainer.h"
 
@@ -81,6 +82,7 @@ const char* signal_name(int sig) {
 
 void run_train(const TrainArgs& a) {
   Config cfg = a.resume.empty() ? load(a.config) : load_for_resume(a.config, a.resume);
+  watchdog_set_timeout(cfg.parallel.timeout);  // MPI's setup is watched too (comm/comm_mpi.cpp)
   auto world = make_world();
   // "auto" tiers are chosen before anything is allocated (apps/strata/auto_place.h).
   cfg = resolve_auto_placement(cfg, *world, a.auto_args);

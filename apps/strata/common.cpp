@@ -104,6 +104,14 @@ void apply_fault_hooks(int rank, TrainerOptions& options) {
       std::fprintf(stderr, "strata: STRATA_FAULT: rank stops responding before step %lld\n", (long long)s);
       for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
     };
+  } else if (fault == "hang_at_exit") {
+    // Registered after the MPI runtime's exit handler, so it runs first: this rank never reaches
+    // MPI_Finalize, and the others wait for it there.
+    std::atexit([] {
+      std::fprintf(stderr, "strata: STRATA_FAULT: rank stops responding at exit\n");
+      std::fflush(stderr);
+      for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+    });
   } else if (fault == "error") {
     hooks->before_step = [step, rank](int64_t s) {
       if (s == step) fail("app::fault", str("STRATA_FAULT: injected error on rank ", rank, " before step ", s));

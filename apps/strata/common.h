@@ -43,7 +43,8 @@ void end_job_if_peers(const std::exception& e);
 
 // Test hooks of the command line, from the environment variable STRATA_FAULT (a comma-separated
 // list of key=value): rank=R (the rank it applies to; default 0), step=S (default 1), and
-// fault=hang (stop responding before step S), fault=error (throw an Error before step S) or
+// fault=hang (stop responding before step S), fault=hang_at_exit (stop responding at exit, before
+// MPI_Finalize), fault=error (throw an Error before step S) or
 // fault=nvme_read_error / nvme_write_error (the (skip+1)-th NVMe read / write of the rank fails
 // with EIO; skip=N, default 0), fault=kill with phase=shard | manifest | rename | latest (SIGKILL
 // at that phase of the save of step S), fault=checkpoint_eio / checkpoint_enospc (the

@@ -12,7 +12,10 @@
 #      every rank, naming the key and both values;
 #   5, 6. cases 2 and 3 with two pipeline stages (parallel.pp = 2), where the ranks also meet in
 #      point-to-point transfers: rank 1's read error must name rank 1's own swap file, and rank
-#      0's watchdog the transfer with rank 1 it waits in.
+#      0's watchdog the transfer with rank 1 it waits in;
+#   7. rank 1 stops responding at exit, after its last step (STRATA_FAULT=rank=1,
+#      fault=hang_at_exit): rank 0 waits for it in MPI_Finalize, and its watchdog must end the job
+#      after parallel.timeout, naming that wait (before it was watched, the job never ended).
 # Bounds: the error cases must end within 10 s of the error; the hang case within 10 s after
 # the timeout. Each case's run is bounded by `timeout` (a hang is a failure, not a stuck CI),
 # and its time from launch to exit is printed. Usage: test_failures.sh STRATA MPIEXEC WORK_DIR
@@ -108,6 +111,10 @@ export STRATA_FAULT=rank=1,step=2,fault=hang
 run_case pp2_rank1_stops_responding 30 "rank 0 of 2: \[watchdog\]" "step 2" \
   "with rank 1 on 'pp " -- \
   train "${small[@]}" "${pp[@]}" --set parallel.timeout=3
+
+export STRATA_FAULT=rank=1,fault=hang_at_exit
+run_case rank1_hangs_at_exit 30 "rank 0 of 2: \[watchdog\]" "MPI_Finalize at exit" -- \
+  train "${small[@]}" --set parallel.timeout=3
 
 if [ $failures -ne 0 ]; then
   echo "$failures case(s) failed"
