@@ -100,7 +100,12 @@ PinnedStaging pinned_staging(const LlamaModel& model, const Placement& p, uint64
   PinnedStaging s;
   const size_t shard = max_shard(model);
   s.chunk_bytes = p.chunk_bytes(shard, kShardAlignElems);
-  s.chunk_buffers = p.chunk_io() ? p.chunk_buffers() : 0;
+  // The pipeline's staging serves NVMe states and a compute copy written to NVMe; with every
+  // unit's states kept in host memory (offload.optimizer_host_bytes) only the latter.
+  const bool states_io =
+      p.optimizer == Tier::nvme && optimizer_host_units(model, p) < model.num_units();
+  const bool copy_io = p.params == Tier::nvme && !p.param_is_master();
+  s.chunk_buffers = p.chunk_io() && (states_io || copy_io) ? p.chunk_buffers() : 0;
   s.ahead_buffers = read_ahead_buffers(model, p);
   if (p.nvme_params()) {
     s.param_shard_bytes = uint64_t(shard) * p.param_elem_bytes();

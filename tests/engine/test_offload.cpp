@@ -791,8 +791,9 @@ TEST(Offload, ReadAheadFillsItsBudgetBeforeTheNorm) {
 // offload.optimizer_host_bytes: the kept units' states never touch NVMe — each step reads and
 // writes exactly the other units' master, m and v (params in host memory: nothing else is on
 // NVMe; counted in the serial order, where a step's update is inside its own record) — and
-// read-ahead begins at the first unit on NVMe. With every unit kept nothing moves
-// through NVMe, and a read-ahead budget is then not an error (nothing is left to read ahead).
+// read-ahead begins at the first unit on NVMe. With every unit kept nothing moves through NVMe,
+// a read-ahead budget is then not an error (nothing is left to read ahead), and no pinned
+// staging is allocated for the optimizer (params in host memory: none at all).
 TEST(Offload, KeptStatesLeaveTheDiskAndReadAheadStartsAfterThem) {
   Config c = base(Precision::bf16);
   c.offload.optimizer = Tier::nvme;
@@ -832,6 +833,11 @@ TEST(Offload, KeptStatesLeaveTheDiskAndReadAheadStartsAfterThem) {
   }
 
   c.offload.optimizer_host_bytes = all;  // every unit
+  {
+    TrainerOptions quiet;
+    quiet.progress = false;
+    EXPECT_EQ(Trainer(c, world(), quiet).state_memory().pinned_bytes, 0u);
+  }
   records.clear();
   read_ahead_units.clear();
   run(c, opt);
