@@ -84,9 +84,7 @@ MemoryPlan plan_memory(const Config& c, int dp, const PlanMachine& machine, int 
 
   // Shards.
   // offload.optimizer_host_bytes: the first units' states in host memory, the rest on NVMe.
-  uint64_t kept = 0;  // elements of this rank's shards whose states stay in host memory
-  for (int u = 0; u < optimizer_host_units(model, pl); ++u)
-    kept += model.unit(u).layout.shard_numel();
+  const uint64_t kept = optimizer_host_elems(model, pl);  // shard elements whose states stay
   row(Tier::host, "master weights, first units kept (f32)", mul(kept, 4));
   row(Tier::host, str("AdamW m and v, first units kept (", dtype_name(pl.state), ")"),
       mul(kept, 2 * pl.state_elem_bytes()));

@@ -89,8 +89,9 @@ StepPrediction predict_step(const Config& c, int dp, const PlanMachine& machine,
   const double bwd_d2h = pl.grads_tier() == Tier::host ? m * S : 0;  // each reduction to the host shard
   double opt_h2d = 0, opt_d2h = 0, opt_read = 0, opt_write = 0;
   // (offload.optimizer_host_bytes: the first units' states stay in host memory, off the disk)
+  const double kept = double(optimizer_host_elems(model, pl));  // 0 unless on NVMe
   if (pl.optimizer == Tier::nvme)
-    opt_read = opt_write = O - double(optimizer_host_bytes(model, pl));
+    opt_read = opt_write = O - kept * double(pl.optimizer_state_bytes());
   if (!pl.param_is_master()) {  // the optimizer writes the refreshed compute copy to its tier
     if (pl.params == Tier::nvme) opt_write += P;
     if (offload_opt && pl.params == Tier::device) opt_h2d += P;
@@ -169,8 +170,7 @@ StepPrediction predict_step(const Config& c, int dp, const PlanMachine& machine,
     // is the bottleneck the worker never idles, and that wait is inside their time.
     const double disk = fwd_read_ms + bwd_read_ms + opt_io_ms + opt_copy_ms;
     double first = 0;  // their share of the states on NVMe (none when kept in host memory)
-    const double nvme_states = std::max(shard - double(optimizer_host_bytes(model, pl)) /
-                                                    double(pl.optimizer_state_bytes()), 1.0);
+    const double nvme_states = std::max(shard - kept, 1.0);
     for (int u = optimizer_host_units(model, pl); u < std::min(2, model.num_units()); ++u)
       first += double(model.unit(u).layout.shard_numel()) / nvme_states;
     // What was read ahead of them (offload.optimizer_read_ahead) is off their disk time.

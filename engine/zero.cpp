@@ -74,12 +74,11 @@ int optimizer_host_units(const LlamaModel& model, const Placement& p) {
   return n;
 }
 
-uint64_t optimizer_host_bytes(const LlamaModel& model, const Placement& p) {
-  uint64_t bytes = 0;
+uint64_t optimizer_host_elems(const LlamaModel& model, const Placement& p) {
+  uint64_t elems = 0;
   const int n = optimizer_host_units(model, p);
-  for (int u = 0; u < n; ++u)
-    bytes += uint64_t(model.unit(u).layout.shard_numel()) * p.optimizer_state_bytes();
-  return bytes;
+  for (int u = 0; u < n; ++u) elems += model.unit(u).layout.shard_numel();
+  return elems;
 }
 
 int read_ahead_buffers(const LlamaModel& model, const Placement& p) {
@@ -105,7 +104,7 @@ PinnedStaging pinned_staging(const LlamaModel& model, const Placement& p, uint64
   const bool states_io =
       p.optimizer == Tier::nvme && optimizer_host_units(model, p) < model.num_units();
   const bool copy_io = p.params == Tier::nvme && !p.param_is_master();
-  s.chunk_buffers = p.chunk_io() && (states_io || copy_io) ? p.chunk_buffers() : 0;
+  s.chunk_buffers = states_io || copy_io ? p.chunk_buffers() : 0;
   s.ahead_buffers = read_ahead_buffers(model, p);
   if (p.nvme_params()) {
     s.param_shard_bytes = uint64_t(shard) * p.param_elem_bytes();
@@ -180,6 +179,8 @@ ZeroEngine::Impl::Impl(const LlamaModel& model, Device& device, Communicator& dp
   // ---- the NVMe tier: swap space, its FileIO and the swapper thread ----
   const bool nvme_params = place_.nvme_params();
   const bool nvme_opt = place_.optimizer == Tier::nvme;
+  // offload.optimizer_host_bytes: these first units' states live in host memory, not on NVMe.
+  const int opt_host_units = optimizer_host_units(model, place_);
   if (nvme_params || nvme_opt) {
     if (opt_.nvme_path.empty())
       fail("zero::init", "a state is placed on nvme but offload.nvme_path is empty",
@@ -191,7 +192,6 @@ ZeroEngine::Impl::Impl(const LlamaModel& model, Device& device, Communicator& dp
         fail("zero::init", str("cannot create offload.nvme_path directory '", d, "': ", ec.message()));
     }
     uint64_t need = 0;
-    const int opt_host_units = optimizer_host_units(model, place_);
     for (int ui = 0; ui < model.num_units(); ++ui) {
       const uint64_t n = model.unit(ui).layout.shard_numel();
       if (nvme_opt && ui >= opt_host_units) need += n * place_.optimizer_state_bytes();
@@ -226,7 +226,6 @@ ZeroEngine::Impl::Impl(const LlamaModel& model, Device& device, Communicator& dp
       swap_->allocate(key, bytes);
     }
   };
-  const int opt_host_units = optimizer_host_units(model, place_);  // offload.optimizer_host_bytes
   for (int u = 0; u < model.num_units(); ++u) {
     Unit& s = units_[size_t(u)];
     const size_t n = model.unit(u).layout.shard_numel();
@@ -294,7 +293,7 @@ ZeroEngine::Impl::Impl(const LlamaModel& model, Device& device, Communicator& dp
   const uint64_t chunk_bytes = staging.chunk_bytes;
   // (Every unit's states kept in host memory leaves nothing to read ahead: no error then.)
   if (place_.optimizer_read_ahead && place_.optimizer == Tier::nvme && !staging.ahead_buffers &&
-      optimizer_host_units(model, place_) < model.num_units())
+      opt_host_units < model.num_units())
     fail("zero::init",
          str("offload.optimizer_read_ahead = ", format_bytes(place_.optimizer_read_ahead),
              " holds no whole chunk of the optimizer states (",

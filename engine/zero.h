@@ -90,9 +90,9 @@ std::vector<SlotClass> grad_slot_classes(const LlamaModel& model, const Placemen
 int read_ahead_buffers(const LlamaModel& model, const Placement& placement);
 // With the optimizer on NVMe: how many of `model`'s first units (forward order) keep their
 // optimizer states in host memory under offload.optimizer_host_bytes — whole units, while this
-// rank's shards of master, m and v fit; and those states' bytes. 0 otherwise.
+// rank's shards of master, m and v fit; and those units' shard elements. 0 otherwise.
 int optimizer_host_units(const LlamaModel& model, const Placement& placement);
-uint64_t optimizer_host_bytes(const LlamaModel& model, const Placement& placement);
+uint64_t optimizer_host_elems(const LlamaModel& model, const Placement& placement);
 uint64_t read_ahead_bytes(const LlamaModel& model, const Placement& placement);  // their bytes
 
 // One rank's pinned staging pools under offload.pinned_mem_limit: the engine allocates these and

@@ -14,8 +14,8 @@
 #include "bench/gemm_bench.h"
 #include "core/dtype.h"
 #include "core/log.h"
-#include "core/watchdog.h"
 #include "core/size.h"
+#include "core/watchdog.h"
 #include "engine/trainer.h"
 
 namespace strata::app {

@@ -322,10 +322,10 @@ TEST(Offload, PlanCountsWhatTheEngineAllocates) {
         // With bf16 m and v, states read ahead too (a pool of its own; ignored off NVMe).
         c.offload.optimizer_read_ahead = states == DType::bf16 ? 5 * c.offload.optimizer_chunk : 0;
         // With bf16 compute and the states on NVMe, the first unit's states in host memory.
-        uint64_t shard = 0, first = 0;
+        uint64_t shard = 0;
         const LlamaModel whole(c.model, world().size());  // named: units() refers into it
         for (const auto& u : whole.units()) shard += u.layout.shard_numel();
-        first = whole.unit(0).layout.shard_numel();
+        const uint64_t first = whole.unit(0).layout.shard_numel();
         if (optimizer == Tier::nvme && prec == Precision::bf16)
           c.offload.optimizer_host_bytes = first * (4 + 2 * dtype_bytes(states)) + 4096;
         const uint64_t kept = c.offload.optimizer_host_bytes ? first : 0;
