@@ -10,11 +10,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
 #include "comm/comm.h"
+#include "engine/model.h"
 #include "engine/trainer.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/support/tiny_config.h"
@@ -106,24 +108,45 @@ TEST(CudaTrainer, TrainingOnCudaIsDeterministic) {
 
 TEST(CudaTrainer, EveryPlacementIsBitIdenticalToAllDevice) {
   // Offload never changes numbers: the CPU and CUDA AdamW follow one IEEE sequence, and the
-  // GPU kernels are deterministic.
+  // GPU kernels are deterministic. The NVMe placements go through io_uring and the CPU AdamW's
+  // chunk pipeline; with a read-ahead budget, and with the first two units' states kept in host
+  // memory (offload.optimizer_host_bytes: room for two and a half units, whole units only).
   STRATA_REQUIRE_CUDA();
-  const TrainRun all_device = run(tiny("cuda"));
+  const Config all = tiny("cuda");
+  const TrainRun all_device = run(all);
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / "strata_test_gpu_trainer_nvme").string();
+  std::filesystem::create_directories(dir);
+  uint64_t keep = 0;
+  {
+    const LlamaModel whole(all.model, 1);  // named: unit() refers into it
+    for (int u = 0; u < 3; ++u) keep += whole.unit(u).layout.shard_numel() * 12 / (u == 2 ? 2 : 1);
+  }
   struct Placement {
     const char *params, *grads, *optimizer;
+    uint64_t read_ahead = 0, host_bytes = 0;
   };
   for (const Placement p :
        {Placement{"device", "device", "host"}, Placement{"device", "host", "host"},
-        Placement{"host", "host", "host"}, Placement{"host", "device", "host"}}) {
-    SCOPED_TRACE(str("params=", p.params, " grads=", p.grads, " optimizer=", p.optimizer));
-    Config c = tiny("cuda");
+        Placement{"host", "host", "host"}, Placement{"host", "device", "host"},
+        Placement{"device", "host", "nvme"}, Placement{"nvme", "host", "nvme"},
+        Placement{"host", "host", "nvme"}, Placement{"nvme", "host", "host"},
+        Placement{"device", "host", "nvme", uint64_t(1) << 30},
+        Placement{"nvme", "host", "nvme", 0, keep}}) {
+    SCOPED_TRACE(str("params=", p.params, " grads=", p.grads, " optimizer=", p.optimizer,
+                     " read_ahead=", p.read_ahead, " host_bytes=", p.host_bytes));
+    Config c = all;
     apply_override(c, str("offload.params=", p.params));
     apply_override(c, str("offload.grads=", p.grads));
     apply_override(c, str("offload.optimizer=", p.optimizer));
+    c.offload.optimizer_read_ahead = p.read_ahead;
+    c.offload.optimizer_host_bytes = p.host_bytes;
+    c.offload.nvme_path = {dir};
     const TrainRun r = run(c);
     EXPECT_EQ(r.losses, all_device.losses);
     EXPECT_EQ(r.weights, all_device.weights);
   }
+  std::filesystem::remove_all(dir);
 }
 
 // The device's AdamW cannot write a compute copy that lives in host memory (the GPU does not
