@@ -5,6 +5,7 @@
 #include <ctime>
 #include <filesystem>
 #include <memory>
+#include <vector>
 
 #include <tbb/global_control.h>
 
@@ -15,6 +16,7 @@
 #include "core/error.h"
 #include "engine/rate_cache.h"
 #include "kernels/device.h"
+#include "kernels/ops.h"
 
 namespace strata {
 namespace {
@@ -28,23 +30,66 @@ std::string utc_now() {
   return buf;
 }
 
-// Decimal GB/s of stream copies of `bytes` from `src` to `dst`, the best of calls over at least
-// `min_seconds` (and at least 3 calls), after one untimed call.
-double copy_gbps(Stream& s, void* dst, const void* src, size_t bytes, double min_seconds) {
+// Seconds of the fastest of calls of `enqueue` on `s` (each waited for), over at least
+// `min_seconds` and at least 3 calls, after one untimed call.
+template <class Fn>
+double best_seconds(Stream& s, double min_seconds, const Fn& enqueue) {
   using clock = std::chrono::steady_clock;
-  s.copy(dst, src, bytes);
+  enqueue();
   s.synchronize();
   double best = 1e30, total = 0;
   for (int calls = 0; calls < 3 || total < min_seconds; ++calls) {
     const auto t0 = clock::now();
-    s.copy(dst, src, bytes);
+    enqueue();
     s.synchronize();
     const double dt = std::chrono::duration<double>(clock::now() - t0).count();
     best = std::min(best, dt);
     total += dt;
   }
-  return double(bytes) / best / 1e9;
+  return best;
 }
+
+// Decimal GB/s of stream copies of `bytes` from `src` to `dst`.
+double copy_gbps(Stream& s, void* dst, const void* src, size_t bytes, double min_seconds) {
+  return double(bytes) / best_seconds(s, min_seconds, [&] { s.copy(dst, src, bytes); }) / 1e9;
+}
+
+}  // namespace
+
+double measure_attention_flops(Device& dev, double min_seconds) {
+  // A model's shape: 16 heads of 64 (dim 1024) over T tokens, batch B — 4 x 1024 on a GPU, whose
+  // kernel needs blocks to fill its SMs; 1 x 512 on the CPU, whose rate depends little on T
+  // and whose probe should take a fraction of a second.
+  const bool cpu = dev.kind() == DeviceKind::cpu;
+  const int B = cpu ? 1 : 4, T = cpu ? 512 : 1024, H = 16, D = 64;
+  const size_t n = size_t(B) * T * H * D, bytes = n * sizeof(float);
+  std::vector<float> init(n);
+  uint64_t x = 0x9e3779b97f4a7c15ull;
+  for (float& f : init) {  // uniform in [-1, 1): scores of a few units, a softmax far from one-hot
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    f = float(int64_t(x >> 40) - (int64_t(1) << 23)) / float(1 << 23);
+  }
+  auto s = dev.make_stream("rate probe attention");
+  std::vector<Buffer> t;
+  for (const char* what : {"q", "k", "v", "out", "dout", "dq", "dk", "dv"}) {
+    t.push_back(dev.alloc(bytes, str("rate probe attention ", what)));
+    s->copy(t.back().data(), init.data(), bytes);
+  }
+  Buffer lse = dev.alloc(size_t(B) * H * T * sizeof(float), "rate probe attention lse");
+  s->synchronize();
+  auto f = [&](int i) { return static_cast<float*>(t[size_t(i)].data()); };
+  float* l = static_cast<float*>(lse.data());
+  const int ld = H * D;
+  const double seconds = best_seconds(*s, min_seconds, [&] {
+    dev.ops().attention_fwd(*s, f(3), l, f(0), f(1), f(2), B, T, H, H, D, ld, ld);
+    dev.ops().attention_bwd(*s, f(5), f(6), f(7), f(4), f(3), l, f(0), f(1), f(2), B, T, H, H, D,
+                            ld, ld);
+  });
+  // As LlamaModel::attention_flops_per_token counts it: 6 x T x (H x D) per token, B x T tokens.
+  return 6.0 * T * double(H) * D * double(B) * T / seconds;
+}
+
+namespace {
 
 }  // namespace
 
@@ -95,10 +140,12 @@ MachineRates probe_rates(const Config& c, const RateProbeOptions& o) {
     }
     if (!(r.gemm_flops > 0 && r.device_mem_gbps > 0 && r.h2d_gbps > 0 && r.d2h_gbps > 0))
       fail("bench::rate_probe", str("the GPU probe did not measure every rate: ", j.dump()));
+    r.attention_flops = measure_attention_flops(*make_device(DeviceKind::cuda), o.min_seconds);
   } else {
     auto dev = make_device(DeviceKind::cpu);
     r.device = dev->name();
     r.gemm_flops = measure_gemm_flops(o.min_seconds);
+    r.attention_flops = measure_attention_flops(*dev, o.min_seconds);
     r.device_mem_gbps = r.adam_gbps;  // the CPU device's AdamW is the CPU AdamW
     const size_t bytes = size_t{64} << 20;
     Buffer host = dev->alloc_host(bytes, /*pinned=*/true, "rate probe host");

@@ -215,6 +215,7 @@ nlohmann::json run_sweep(Communicator& world, const SweepOptions& o) {
                         {"nvme_read_gbps", read_gbps},
                         {"nvme_write_gbps", write_gbps},
                         {"rates", {{"device", rates.device}, {"gemm_flops", rates.gemm_flops},
+                                   {"attention_flops", rates.attention_flops},
                                    {"adam_gbps", rates.adam_gbps}, {"device_mem_gbps", rates.device_mem_gbps},
                                    {"h2d_gbps", rates.h2d_gbps}, {"d2h_gbps", rates.d2h_gbps},
                                    {"nvme_read_gbps", rates.nvme_read_gbps},

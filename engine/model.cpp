@@ -162,7 +162,11 @@ double LlamaModel::train_flops_per_token(int T) const {
       if (!v.is_norm) matmul += static_cast<double>(v.global_numel());
   }
   if (cfg_.tie_embeddings) matmul += static_cast<double>(cfg_.vocab_size) * cfg_.dim;
-  return 6.0 * matmul + 6.0 * cfg_.n_layers * static_cast<double>(T) * cfg_.dim;
+  return 6.0 * matmul + attention_flops_per_token(T);
+}
+
+double LlamaModel::attention_flops_per_token(int T) const {
+  return 6.0 * cfg_.n_layers * static_cast<double>(T) * cfg_.dim;
 }
 
 void LlamaModel::init_values(int u, uint64_t seed, size_t begin, size_t count, float* out) const {

@@ -82,6 +82,9 @@ class LlamaModel {
   // Training FLOPs per token (forward + backward) at sequence length T: 6 × (matmul weights)
   // + 6 × n_layers × T × dim for causal attention (scores and values, fwd + 2 × bwd).
   double train_flops_per_token(int T) const;
+  // The attention part of it (causal scores and their weighted sum: 6·layers·T·dim), which runs
+  // on its own kernels rather than the GEMMs (engine/step_model.h times it at its own rate).
+  double attention_flops_per_token(int T) const;
 
   // Initial values of flat elements [begin, begin + count) of unit u (padding is zero):
   // norm weights 1, everything else normal(0, init_std) from a counter-based generator keyed by

@@ -61,11 +61,20 @@ StepPrediction predict_step(const Config& c, int dp, const PlanMachine& machine,
 
   const int m = c.train.grad_accum;
   const double tokens = double(m) * c.data.micro_batch * c.data.seq_len;
-  const double flops = model.train_flops_per_token(c.data.seq_len) * tokens / (double(tp) * pp);
-  if (!(gemm > 0)) fail("plan::step_model", "the GEMM rate was not measured", "run `strata plan --auto --reprobe`");
+  const double attention = rates.attention_flops * (cpu ? cpu_share : 1.0);
+  if (!(gemm > 0) || !(attention > 0))
+    fail("plan::step_model", str("the ", gemm > 0 ? "attention" : "GEMM", " rate was not measured"),
+         "run `strata plan --auto --reprobe`");
+  // Forward and backward at the GEMM rate, but for attention at its own; the backward does twice
+  // the forward's work, three times with activation checkpointing (the forward again).
+  const double attention_flops =
+      model.attention_flops_per_token(c.data.seq_len) * tokens / (double(tp) * pp);
+  const double gemm_flops =
+      model.train_flops_per_token(c.data.seq_len) * tokens / (double(tp) * pp) - attention_flops;
+  const double pass_ms = (gemm_flops / gemm + attention_flops / attention) / 3 * 1e3;
   StepPrediction p;
-  const double fwd_compute = flops / 3 / gemm * 1e3;
-  const double bwd_compute = flops * (c.zero.activation_checkpointing ? 3.0 : 2.0) / 3 / gemm * 1e3;
+  const double fwd_compute = pass_ms;
+  const double bwd_compute = pass_ms * (c.zero.activation_checkpointing ? 3.0 : 2.0);
   p.compute_ms = fwd_compute + bwd_compute;
 
   // Bytes per step (engine/zero.h's protocol; docs/tuning.md "What each placement moves").

@@ -7,8 +7,12 @@
 // start it. The model is deliberately small; what it counts and what it leaves out:
 //
 //   per rank and step, m = train.grad_accum micro-batches of B × T tokens,
-//   F = LlamaModel::train_flops_per_token(T) × m·B·T (matmuls + causal attention),
-//   compute_fwd = F/3 ÷ gemm,  compute_bwd = 2F/3 ÷ gemm (+ F/3 with activation checkpointing:
+//   F = LlamaModel::train_flops_per_token(T) × m·B·T (matmuls + causal attention), of which
+//   A = attention_flops_per_token(T) × m·B·T runs on the attention kernels,
+//   c           = (F − A) ÷ gemm + A ÷ attention (the two measured rates; on an H200 the f32
+//                 attention kernel runs at ~1 % of the bf16-operand GEMMs' rate and is most of
+//                 the compute of a T = 1024 model; bench/results/h200-2026-12-04-offload.md)
+//   compute_fwd = c/3,  compute_bwd = 2c/3 (+ c/3 with activation checkpointing:
 //                 the recompute runs inside the backward's gather, so it reads no more bytes);
 //                 tensor and pipeline parallelism divide F evenly by tp × pp
 //   pass time   = max(compute of the pass, its collectives ÷ comm rate,
@@ -40,8 +44,8 @@
 //   norm (clipped) or off the first units' (unclipped).
 //
 // Not counted: the data-parallel collectives when no comm rate was measured, tensor / pipeline
-// parallel traffic, non-GEMM ops (norms, softmax, casts: the step is slower by about 1 − MFU),
-// the pipeline bubble, and contention between the forward's NVMe reads and the optimizer's
+// parallel traffic, the elementwise ops (norms, rotary, SwiGLU, casts, the loss), the pipeline
+// bubble, and contention between the forward's NVMe reads and the optimizer's
 // (counted when the step is unclipped). CPU
 // rates (GEMM on the CPU device, AdamW, copies, NVMe) are shared by the ranks on one machine;
 // the CPU's compute rates scale with train.threads against the threads they were measured with
@@ -62,6 +66,9 @@ struct MachineRates {
   std::string nvme;            // the file systems of offload.nvme_path, or "" (rate_cache.h)
   double gemm_flops = 0;       // GEMM FLOP/s of strata's linear path as the config runs it (f32;
                                // on CUDA with bf16 operands under train.matmul_precision)
+  double attention_flops = 0;  // the device's causal attention, forward and backward, counted as
+                               // LlamaModel::attention_flops_per_token counts it (CUDA: f32 on
+                               // the CUDA cores, many times below the GEMMs' tensor-core rate)
   double adam_gbps = 0;        // CPU AdamW, bytes moved per second (28 per f32-state parameter)
   double device_mem_gbps = 0;  // the device AdamW's bytes per second (CPU device: adam_gbps)
   double h2d_gbps = 0;         // host → device copies (CPU device: host memory copies)

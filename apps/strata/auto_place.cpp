@@ -16,10 +16,11 @@ namespace strata::app {
 std::string rates_text(const MachineRates& r) {
   char line[768];
   std::snprintf(line, sizeof line,
-                "rates: %s, measured %s on %s with %d CPU thread(s): GEMM %.1f GFLOP/s, CPU AdamW %.2f "
-                "GB/s, device AdamW %.2f GB/s, host->device %.2f GB/s, device->host %.2f GB/s",
-                r.source.c_str(), r.measured_at.c_str(), r.device.c_str(), r.cpu_threads, r.gemm_flops / 1e9, r.adam_gbps,
-                r.device_mem_gbps, r.h2d_gbps, r.d2h_gbps);
+                "rates: %s, measured %s on %s with %d CPU thread(s): GEMM %.1f GFLOP/s, attention %.1f "
+                "GFLOP/s, CPU AdamW %.2f GB/s, device AdamW %.2f GB/s, host->device %.2f GB/s, "
+                "device->host %.2f GB/s",
+                r.source.c_str(), r.measured_at.c_str(), r.device.c_str(), r.cpu_threads, r.gemm_flops / 1e9,
+                r.attention_flops / 1e9, r.adam_gbps, r.device_mem_gbps, r.h2d_gbps, r.d2h_gbps);
   std::string t = line;
   if (r.comm_gbps > 0) {
     std::snprintf(line, sizeof line, ", collectives %.2f GB/s", r.comm_gbps);
@@ -35,7 +36,8 @@ std::string rates_text(const MachineRates& r) {
 
 nlohmann::json rates_json(const MachineRates& r) {
   return {{"source", r.source},       {"measured_at", r.measured_at},   {"device", r.device},
-          {"nvme", r.nvme},           {"gemm_flops", r.gemm_flops},     {"adam_gbps", r.adam_gbps},
+          {"nvme", r.nvme},           {"gemm_flops", r.gemm_flops},
+          {"attention_flops", r.attention_flops}, {"adam_gbps", r.adam_gbps},
           {"device_mem_gbps", r.device_mem_gbps}, {"h2d_gbps", r.h2d_gbps}, {"d2h_gbps", r.d2h_gbps},
           {"nvme_read_gbps", r.nvme_read_gbps}, {"nvme_write_gbps", r.nvme_write_gbps}, {"cpu_threads", r.cpu_threads},
           {"comm_gbps", r.comm_gbps}};

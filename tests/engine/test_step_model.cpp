@@ -25,6 +25,7 @@ MachineRates rates() {
   r.device = "test gpu";
   r.nvme = "259:1 /mnt (ext4)";
   r.gemm_flops = 100e9;
+  r.attention_flops = 100e9;
   r.adam_gbps = 10;
   r.device_mem_gbps = 1000;
   r.h2d_gbps = 20;
@@ -212,6 +213,29 @@ TEST(StepModel, OverlapHidesTheOptimizerBehindTheForwardOnly) {
   const double cpu_on = predict_step(c, 1, cpu, r).step_ms;
   c.offload.overlap_optimizer = false;
   EXPECT_NEAR(cpu_on, predict_step(c, 1, cpu, r).step_ms, 1e-9);
+}
+
+// Attention runs on its own kernels at its own rate: the GEMM FLOPs at the GEMM rate, the
+// attention FLOPs (6·layers·T·dim per token) at the attention rate, the backward twice the
+// forward. On an H200 the f32 attention kernel ran ~100x below the bf16-operand GEMMs, and
+// charging it the GEMM rate predicted a 155M model's step 8x too fast.
+TEST(StepModel, AttentionRunsAtItsOwnRate) {
+  const Config c = small("");
+  const LlamaModel model(c.model, 1);
+  const double tokens = double(c.data.micro_batch) * c.data.seq_len;
+  const double attention = model.attention_flops_per_token(c.data.seq_len) * tokens;
+  const double all = model.train_flops_per_token(c.data.seq_len) * tokens;
+  EXPECT_DOUBLE_EQ(attention, 6.0 * 4 * 64 * 128 * tokens);
+  MachineRates r = rates();
+  const StepPrediction same = predict_step(c, 1, gpu_machine(), r);
+  EXPECT_NEAR(same.compute_ms, all / r.gemm_flops * 1e3, 1e-9);
+  r.attention_flops = r.gemm_flops / 100;
+  const StepPrediction slow = predict_step(c, 1, gpu_machine(), r);
+  EXPECT_NEAR(slow.compute_ms, ((all - attention) / r.gemm_flops + attention / r.attention_flops) * 1e3,
+              1e-9);
+  EXPECT_NEAR(slow.backward_ms, 2 * slow.forward_ms, 1e-9);
+  r.attention_flops = 0;
+  EXPECT_ERROR_HAS(predict_step(c, 1, gpu_machine(), r), "attention rate was not measured", "--reprobe");
 }
 
 // The host⇄device copies of the passes: a GPU's copy engines overlap them with compute; on the
@@ -416,4 +440,21 @@ TEST(RateCache, CorruptFileIsAnErrorNamingTheFileAndTheFix) {
   text.replace(at, text.find(',', at) - at, "\"gemm_flops\": -1");
   write_bytes(path, text);
   EXPECT_ERROR_HAS(load_rates(path, key), path, "gemm_flops = -1", "--reprobe");
+}
+
+// An entry written before strata measured attention has no attention_flops: it is not an error
+// and never read as a made-up rate, but absent, so the rates are measured again and replace it.
+TEST(RateCache, EntryWithoutTheAttentionRateIsMeasuredAgain) {
+  const std::string path = scratch_dir() + "/rates.json";
+  const std::string key = rate_cache_key("test gpu", "259:1 /mnt (ext4)");
+  store_rates(path, key, rates());
+  std::string text = strata::test::read_bytes(path);
+  const size_t at = text.find("\"attention_flops\"");
+  ASSERT_NE(at, std::string::npos);
+  text.erase(at, text.find('\n', at) + 1 - at);
+  write_bytes(path, text);
+  EXPECT_FALSE(load_rates(path, key).has_value());
+  store_rates(path, key, rates());
+  ASSERT_TRUE(load_rates(path, key).has_value());
+  EXPECT_EQ(load_rates(path, key)->attention_flops, 100e9);
 }
