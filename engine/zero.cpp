@@ -215,6 +215,7 @@ ZeroEngine::Impl::Impl(const LlamaModel& model, Device& device, Communicator& dp
 
   // ---- shards ----
   units_.resize(static_cast<size_t>(model.num_units()));
+  grad_accumulated_.assign(static_cast<size_t>(model.num_units()), 0);
   auto place = [&](Shard& sh, Tier tier, size_t bytes, const std::string& key, const char* what,
                    bool pinned) {
     sh.tier = tier;

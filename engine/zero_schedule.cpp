@@ -15,6 +15,7 @@
 #include "core/watchdog.h"
 #include "engine/test_hooks.h"
 #include "engine/zero_state.h"
+#include "kernels/cpu/fast_ops.h"
 #include "kernels/ops.h"
 #include "offload/swap_space.h"
 #include "offload/swapper.h"
@@ -235,14 +236,16 @@ void ZeroEngine::Impl::reduce_grad(int u) {
   if (grads_tier_ == Tier::device || device_.host_addressable()) {
     device_.ops().add(reduce_, g, g, part, n);
     if (grads_tier_ == Tier::host) traffic_.d2h_bytes += n * 4;
+  } else if (!grad_accumulated_[size_t(u)]) {
+    reduce_.copy(g, part, n * 4);  // the step's first micro-batch: the shard holds zeros
+    traffic_.d2h_bytes += n * 4;
   } else {
     float* stage = grad_stage_.as<float>();
     reduce_.copy(stage, part, n * 4);
-    reduce_.host_task("accumulate host gradient", [g, stage, n] {
-      for (size_t i = 0; i < n; ++i) g[i] += stage[i];
-    });
+    reduce_.host_task("accumulate host gradient", [g, stage, n] { cpu::fast::add(g, g, stage, n); });
     traffic_.d2h_bytes += n * 4;
   }
+  grad_accumulated_[size_t(u)] = 1;
   reduce_.record(*sl.free);
   sl.owner = -1;
   s.grad_slot = -1;

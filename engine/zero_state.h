@@ -309,6 +309,11 @@ struct ZeroEngine::Impl {
   int grad_slot_limit_ = 0;        // Placement::grad_slots
   Buffer reduce_tmp_;     // one shard of f32 for reduce-scatter results (device)
   Buffer grad_stage_;     // one shard of f32 in pinned host memory (non host-addressable devices)
+  // Per unit: this step's gradient shard already holds a micro-batch. Until it does, the shard
+  // holds zeros (zeroed at start and after each update), so on a device that cannot address host
+  // memory the first reduction copies straight into it and only later ones stage and add.
+  // Written and read by the engine's thread alone; cleared by optimizer_step and zero_grads.
+  std::vector<uint8_t> grad_accumulated_;
   Buffer param_stage_;    // one compute-copy shard in pinned host memory (the same)
   // The gradient norm's ranges of each unit's shard (primary views only; the whole shard when
   // every view is primary), and one double per range.

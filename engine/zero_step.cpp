@@ -20,6 +20,7 @@
 #include "core/watchdog.h"
 #include "engine/test_hooks.h"
 #include "engine/zero_state.h"
+#include "kernels/cpu/fast_ops.h"
 #include "kernels/ops.h"
 #include "offload/swap_space.h"
 #include "offload/swapper.h"
@@ -67,11 +68,8 @@ void ZeroEngine::Impl::unit_norm_parts(int u, Stream& stream) {
       device_.ops().sum_squares(stream, parts + k, g + ranges[k].first, ranges[k].second);
   } else {
     double* h = norm_host_.as<double>() + norm_first_[size_t(u)];
-    for (size_t k = 0; k < ranges.size(); ++k) {
-      double acc = 0;
-      for (size_t i = ranges[k].first; i < ranges[k].first + ranges[k].second; ++i) acc += double(g[i]) * g[i];
-      h[k] = acc;
-    }
+    for (size_t k = 0; k < ranges.size(); ++k)
+      cpu::fast::sum_squares(h + k, g + ranges[k].first, ranges[k].second);
   }
 }
 
@@ -182,6 +180,9 @@ void ZeroEngine::Impl::update_in_backward(const StepParams& p) {
 void ZeroEngine::Impl::optimizer_step(const AdamWHyper& hyper, int64_t step, float grad_scale,
                                       bool decay_norms) {
   check_quiescent("optimizer_step");
+  // Every gradient of this step has been reduced; each shard is zeroed by its update (or by
+  // zero_grads below) before the next step's first reduction into it.
+  std::fill(grad_accumulated_.begin(), grad_accumulated_.end(), 0);
   compute_.synchronize();
   comm_.synchronize();
   reduce_.synchronize();
@@ -727,7 +728,7 @@ void ZeroEngine::Impl::publish_update(StepJob& j, int u) {
   j.published = u;
   if (j.eager) await_go(j, u);   // a unit without chunks never met its gate
   Shard& g = units_[size_t(u)].grad;
-  std::memset(g.mem.data(), 0, g.bytes);  // host memory: the optimizer is off the device
+  cpu::fast::fill_zero(g.mem.data(), g.bytes);  // host memory: the optimizer is off the device
   {
     std::lock_guard<std::mutex> lock(j.mu);
     j.updated[size_t(u)] = 1;
@@ -740,8 +741,9 @@ void ZeroEngine::Impl::zero_grads() {
   for (int u = 0; u < model_.num_units(); ++u) {
     Shard& g = units_[size_t(u)].grad;
     if (g.tier == Tier::device) compute_.fill_zero(g.mem.data(), g.bytes);
-    else std::memset(g.mem.data(), 0, g.bytes);
+    else cpu::fast::fill_zero(g.mem.data(), g.bytes);
   }
+  std::fill(grad_accumulated_.begin(), grad_accumulated_.end(), 0);
 }
 
 // ---- engine/zero.h: the public calls of this file, forwarded to Impl ----------------------------

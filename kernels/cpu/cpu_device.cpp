@@ -20,6 +20,7 @@
 #include "core/trace.h"
 #include "core/watchdog.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/fast_ops.h"
 
 namespace strata {
 namespace {
@@ -87,7 +88,7 @@ class CpuStream final : public Stream {
     push(Task{Kind::work, "copy", [dst, src, bytes] { std::memcpy(dst, src, bytes); }});
   }
   void fill_zero(void* dst, size_t bytes) override {
-    push(Task{Kind::work, "fill_zero", [dst, bytes] { std::memset(dst, 0, bytes); }});
+    push(Task{Kind::work, "fill_zero", [dst, bytes] { cpu::fast::fill_zero(dst, bytes); }});
   }
   void host_task(std::string_view label, std::function<void()> fn) override {
     push(Task{Kind::work, std::string(label), std::move(fn)});

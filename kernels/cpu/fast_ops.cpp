@@ -141,6 +141,12 @@ double reduce(const float* x, size_t n) {
 
 }  // namespace
 
+void fill_zero(void* dst, size_t bytes) {
+  constexpr int64_t kPiece = int64_t(1) << 20;
+  char* d = static_cast<char*>(dst);
+  parallel_rows(int64_t(bytes), kPiece, [&](int64_t b0, int64_t b1) { std::memset(d + b0, 0, size_t(b1 - b0)); });
+}
+
 void sum(double* out, const float* x, size_t n) { *out = reduce<false>(x, n); }
 void sum_squares(double* out, const float* x, size_t n) { *out = reduce<true>(x, n); }
 

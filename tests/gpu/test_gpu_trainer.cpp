@@ -106,13 +106,10 @@ TEST(CudaTrainer, TrainingOnCudaIsDeterministic) {
   EXPECT_EQ(a.weights, b.weights);
 }
 
-TEST(CudaTrainer, EveryPlacementIsBitIdenticalToAllDevice) {
-  // Offload never changes numbers: the CPU and CUDA AdamW follow one IEEE sequence, and the
-  // GPU kernels are deterministic. The NVMe placements go through io_uring and the CPU AdamW's
-  // chunk pipeline; with a read-ahead budget, and with the first two units' states kept in host
-  // memory (offload.optimizer_host_bytes: room for two and a half units, whole units only).
-  STRATA_REQUIRE_CUDA();
-  const Config all = tiny("cuda");
+// Every placement against all-device, at train.grad_accum micro-batches a step.
+void every_placement_matches_all_device(int accum) {
+  Config all = tiny("cuda");
+  all.train.grad_accum = accum;
   const TrainRun all_device = run(all);
   const std::string dir =
       (std::filesystem::temp_directory_path() / "strata_test_gpu_trainer_nvme").string();
@@ -147,6 +144,20 @@ TEST(CudaTrainer, EveryPlacementIsBitIdenticalToAllDevice) {
     EXPECT_EQ(r.weights, all_device.weights);
   }
   std::filesystem::remove_all(dir);
+}
+
+TEST(CudaTrainer, EveryPlacementIsBitIdenticalToAllDevice) {
+  // Offload never changes numbers: the CPU and CUDA AdamW follow one IEEE sequence, and the
+  // GPU kernels are deterministic. The NVMe placements go through io_uring and the CPU AdamW's
+  // chunk pipeline; with a read-ahead budget, and with the first two units' states kept in host
+  // memory (offload.optimizer_host_bytes: room for two and a half units, whole units only).
+  // With one micro-batch a step and with two: gradients in host memory take the first
+  // micro-batch's reduction as a copy and add the later ones'.
+  STRATA_REQUIRE_CUDA();
+  for (const int accum : {1, 2}) {
+    SCOPED_TRACE(str("grad_accum=", accum));
+    every_placement_matches_all_device(accum);
+  }
 }
 
 // The device's AdamW cannot write a compute copy that lives in host memory (the GPU does not
