@@ -280,7 +280,8 @@ const std::vector<Key>& keys() {
        "v) of the first units in forward order, whole units while they fit; those never go to "
        "NVMe (each byte kept saves a byte of NVMe reads and one of writes per step, and the "
        "updates the next forward waits for first run from memory), the rest live on NVMe. "
-       "Ordinary host memory, not pinned; 0 = every unit's states on NVMe", between(0, kMaxBytes)},
+       "Ordinary host memory, not pinned; 0 = every unit's states on NVMe (with offload.optimizer "
+       "= \"auto\", the planner may choose a value)", between(0, kMaxBytes)},
       {STRATA_CONFIG_KEY(offload, overlap_optimizer), Kind::boolean,
        "with offload.optimizer = host or nvme: the CPU AdamW steps units in forward order on a "
        "thread of its own while the next step's forward runs (a unit's forward waits only for its "

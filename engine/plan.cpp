@@ -166,6 +166,8 @@ MemoryPlan plan_memory(const Config& c, int dp, const PlanMachine& machine, int 
   uint64_t host_need = mul(add(add(p.tier_bytes("host"), p.tier_bytes("pinned")),
                                machine.device_is_host_memory ? device_need : 0),
                            uint64_t(p.ranks_here));
+  p.host_need = host_need;
+  p.host_limit = ram;
   p.checks.push_back({str("host memory of ", p.ranks_here, " rank(s)",
                           machine.device_is_host_memory ? " (CPU device memory included)" : ""),
                       host_need, ram, "this machine's RAM"});

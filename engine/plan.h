@@ -43,6 +43,9 @@ struct MemoryPlan {
   int stage = 0;
   StageUnits units;
   int micro_batches_held = 1;
+  // The host memory check's figures: this machine's ranks' host and pinned bytes (and the CPU
+  // device's memory), and the machine's RAM.
+  uint64_t host_need = 0, host_limit = 0;
   uint64_t tier_bytes(const std::string& tier) const;
   uint64_t device_bytes() const { return tier_bytes("device"); }
   bool fits() const;

@@ -229,13 +229,15 @@ StepPrediction predict_step(const Config& c, int dp, const PlanMachine& machine,
 }
 
 std::string PlacementCandidate::name() const {
-  return str("params=", tier_name(params), " grads=", tier_name(grads), " optimizer=", tier_name(optimizer));
+  return str("params=", tier_name(params), " grads=", tier_name(grads), " optimizer=", tier_name(optimizer),
+             optimizer_host_bytes ? str(" optimizer_host_bytes=", optimizer_host_bytes) : "");  // exact
 }
 
 Config with_placement(Config c, const PlacementCandidate& k) {
   c.offload.params = k.params;
   c.offload.grads = k.grads;
   c.offload.optimizer = k.optimizer;
+  c.offload.optimizer_host_bytes = k.optimizer == Tier::nvme ? k.optimizer_host_bytes : 0;
   return c;
 }
 
@@ -250,6 +252,26 @@ AutoPlan plan_placements(const Config& c, int dp, const PlanMachine& machine,
   std::vector<Tier> tiers = {Tier::device, Tier::host};
   if (nvme) tiers.push_back(Tier::nvme);
   AutoPlan plan;
+  // A candidate's bytes, fit and prediction in stage st (the largest and slowest over the stages).
+  auto evaluate = [&](PlacementCandidate& k, int st, AutoPlan& into) {
+    const Config cc = with_placement(c, k);
+    const MemoryPlan mp = plan_memory(cc, dp, machine, st);
+    k.device_bytes = std::max(k.device_bytes, mp.tier_bytes("device"));
+    k.pinned_bytes = std::max(k.pinned_bytes, mp.tier_bytes("pinned"));
+    k.host_bytes = std::max(k.host_bytes, mp.tier_bytes("host"));
+    k.nvme_bytes = std::max(k.nvme_bytes, mp.tier_bytes("nvme"));
+    for (const PlanCheck& ch : mp.checks) {
+      if (into.candidates.empty() && st == 0)
+        into.limits.push_back(str(ch.what, ": ", format_bytes(ch.limit), " (", ch.limit_name, ")"));
+      if (!ch.ok() && k.fits) {
+        k.fits = false;
+        k.why_not = str(ch.what, " needs ", format_bytes(ch.need), " of ", format_bytes(ch.limit));
+      }
+    }
+    const StepPrediction sp = predict_step(cc, dp, machine, rates, st);
+    if (st == 0 || sp.step_ms > k.prediction.step_ms) k.prediction = sp;
+    return mp;
+  };
   // Optimizer first (its 12 of 16 bytes move the most), then params, then grads.
   for (Tier opt : options(o.optimizer, tiers))
     for (Tier params : options(o.params, tiers))
@@ -262,26 +284,27 @@ AutoPlan plan_placements(const Config& c, int dp, const PlanMachine& machine,
         if (grads == Tier::nvme) continue;
         PlacementCandidate k;
         k.params = params, k.grads = grads, k.optimizer = opt;
-        const Config cc = with_placement(c, k);
+        k.optimizer_host_bytes = opt == Tier::nvme ? o.optimizer_host_bytes : 0;
+        uint64_t spare = ~uint64_t(0);  // per rank, in every stage: RAM the twin may keep states in
         k.fits = true;
         for (int st = 0; st < c.parallel.pp; ++st) {
-          const MemoryPlan mp = plan_memory(cc, dp, machine, st);
-          k.device_bytes = std::max(k.device_bytes, mp.tier_bytes("device"));
-          k.pinned_bytes = std::max(k.pinned_bytes, mp.tier_bytes("pinned"));
-          k.host_bytes = std::max(k.host_bytes, mp.tier_bytes("host"));
-          k.nvme_bytes = std::max(k.nvme_bytes, mp.tier_bytes("nvme"));
-          for (const PlanCheck& ch : mp.checks) {
-            if (plan.candidates.empty() && st == 0)
-              plan.limits.push_back(str(ch.what, ": ", format_bytes(ch.limit), " (", ch.limit_name, ")"));
-            if (!ch.ok() && k.fits) {
-              k.fits = false;
-              k.why_not = str(ch.what, " needs ", format_bytes(ch.need), " of ", format_bytes(ch.limit));
-            }
-          }
-          const StepPrediction sp = predict_step(cc, dp, machine, rates, st);
-          if (st == 0 || sp.step_ms > k.prediction.step_ms) k.prediction = sp;
+          const MemoryPlan mp = evaluate(k, st, plan);
+          const uint64_t room = uint64_t(kKeptShareOfRam * double(mp.host_limit));
+          spare = std::min(spare, room > mp.host_need ? (room - mp.host_need) / uint64_t(mp.ranks_here) : 0);
         }
-        plan.candidates.push_back(std::move(k));
+        const bool twin = opt == Tier::nvme && (vary_all || o.optimizer.automatic) &&
+                          o.optimizer_host_bytes == 0 && k.fits && spare > 0;
+        plan.candidates.push_back(k);
+        if (!twin) continue;
+        PlacementCandidate kept;
+        kept.params = params, kept.grads = grads, kept.optimizer = opt;
+        kept.optimizer_host_bytes = spare;
+        const Config cc = with_placement(c, kept);
+        const LlamaModel first(c.model, dp, c.parallel.tp, 0, pipeline_partition(c)[0]);
+        if (optimizer_host_units(first, zero_options(cc).placement) == 0) continue;  // no whole unit
+        kept.fits = true;
+        for (int st = 0; st < c.parallel.pp; ++st) evaluate(kept, st, plan);
+        plan.candidates.push_back(std::move(kept));
       }
   // A later candidate (more bytes moved) wins only when it is predicted faster by more than
   // kTieMargin: closer than that is a tie within the model's rounding, not a real difference.

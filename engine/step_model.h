@@ -114,11 +114,16 @@ StepPrediction predict_step(const Config& config, int dp, const PlanMachine& mac
 
 struct PlacementCandidate {
   Tier params = Tier::device, grads = Tier::device, optimizer = Tier::device;
+  // With the optimizer on NVMe: offload.optimizer_host_bytes, the user's, or (optimizer "auto")
+  // the planner's choice for a second NVMe candidate beside the one that keeps nothing.
+  uint64_t optimizer_host_bytes = 0;
   bool fits = false;
   std::string why_not;        // the first limit it exceeds, when it does not fit
   uint64_t device_bytes = 0, pinned_bytes = 0, host_bytes = 0, nvme_bytes = 0;  // per rank, largest stage
   StepPrediction prediction;  // the slowest stage's
-  std::string name() const;   // "params=host grads=host optimizer=nvme"
+  // "params=host grads=host optimizer=nvme[ optimizer_host_bytes=4294967296]": each part a key
+  // of [offload] and its value, exact (the bytes too), so that --set reproduces the choice.
+  std::string name() const;
 };
 
 struct AutoPlan {
@@ -131,8 +136,13 @@ struct AutoPlan {
 // "auto"): params and optimizer over device, host, nvme (nvme only with offload.nvme_path;
 // params off the device with the optimizer on it only where the device is host-addressable,
 // i.e. the CPU device), grads device or host with the optimizer on the device, else host.
-// Ties — predictions within 1 % — go to the earlier candidate (fewer bytes moved). Does not
-// throw when nothing fits.
+// With offload.optimizer = "auto" and no offload.optimizer_host_bytes, each NVMe optimizer
+// candidate has a twin that keeps the first units' states in host memory: as many bytes as fit
+// in kKeptShareOfRam of this machine's RAM beside everything else the plan puts there (the rest
+// is left to the system, the page cache and the planner's misestimates); no twin when no whole
+// unit fits. Ties — predictions within 1 % — go to the earlier candidate (fewer bytes moved).
+// Does not throw when nothing fits.
+inline constexpr double kKeptShareOfRam = 0.8;
 AutoPlan plan_placements(const Config& config, int dp, const PlanMachine& machine,
                          const MachineRates& rates);
 // The chosen candidate; an Error naming every limit when none fits.

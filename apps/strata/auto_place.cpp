@@ -55,13 +55,22 @@ std::string auto_plan_table(const AutoPlan& plan) {
     const StepPrediction& p = k.prediction;
     std::snprintf(line, sizeof line, "  %-1s %-7s %-6s %-9s %-4s %9s %9s %9s %9s %10.1f %9.1f %9.1f %9.1f %9.1f  %s\n",
                   i == plan.chosen ? "*" : "", std::string(tier_name(k.params)).c_str(),
-                  std::string(tier_name(k.grads)).c_str(), std::string(tier_name(k.optimizer)).c_str(),
+                  std::string(tier_name(k.grads)).c_str(),
+                  (std::string(tier_name(k.optimizer)) + (k.optimizer_host_bytes ? "+kept" : "")).c_str(),
                   k.fits ? "yes" : "no", format_bytes(k.device_bytes).c_str(),
                   format_bytes(k.pinned_bytes).c_str(), format_bytes(k.host_bytes).c_str(),
                   format_bytes(k.nvme_bytes).c_str(), p.step_ms, p.compute_ms, p.nvme_ms, p.copy_ms,
                   p.optimizer_ms, p.bottleneck.c_str());
     out += line;
   }
+  bool kept = false;
+  for (const auto& k : plan.candidates)
+    if (k.optimizer_host_bytes) {
+      if (!kept)
+        out += "  nvme+kept: the first units' master, m and v in host memory, whole units while they fit:\n";
+      kept = true;
+      out += str("    ", k.name(), " (", format_bytes(k.optimizer_host_bytes), ")\n");
+    }
   for (const auto& k : plan.candidates)
     if (!k.fits) out += str("  ", k.name(), " does not fit: ", k.why_not, "\n");
   return out;
@@ -75,6 +84,7 @@ nlohmann::json auto_plan_json(const AutoPlan& plan, const MachineRates& rates) {
     rows.push_back({{"params", tier_name(k.params)},
                     {"grads", tier_name(k.grads)},
                     {"optimizer", tier_name(k.optimizer)},
+                    {"optimizer_host_bytes", k.optimizer_host_bytes},
                     {"fits", k.fits},
                     {"why_not", k.why_not},
                     {"chosen", i == plan.chosen},
@@ -102,7 +112,7 @@ Config resolve_auto_placement(const Config& cfg, Communicator& world, const Auto
   check_same_config_on_every_rank(cfg, world);
   if (!cfg.offload.any_auto()) return cfg;
   const int dp = cfg.parallel.dp ? cfg.parallel.dp : world.size() / (cfg.parallel.tp * cfg.parallel.pp);
-  int32_t tiers[3] = {0, 0, 0};
+  int32_t tiers[5] = {0, 0, 0, 0, 0};  // params, grads, optimizer, optimizer_host_bytes (hi, lo)
   std::string error;
   if (world.rank() == 0) {
     try {
@@ -118,6 +128,8 @@ Config resolve_auto_placement(const Config& cfg, Communicator& world, const Auto
                   rates_text(rl.rates).c_str());
       std::fflush(stdout);
       tiers[0] = int32_t(k.params), tiers[1] = int32_t(k.grads), tiers[2] = int32_t(k.optimizer);
+      tiers[3] = int32_t(uint32_t(k.optimizer_host_bytes >> 32));
+      tiers[4] = int32_t(uint32_t(k.optimizer_host_bytes));
     } catch (const std::exception& e) {
       end_job_if_peers(e);  // ends every rank when there are peers
       throw;
@@ -126,11 +138,12 @@ Config resolve_auto_placement(const Config& cfg, Communicator& world, const Auto
   if (world.size() > 1) {  // every rank takes rank 0's choice
     auto dev = make_device(DeviceKind::cpu);
     auto s = dev->make_stream("auto placement");
-    world.broadcast(*s, tiers, 3, CommType::i32, 0);
+    world.broadcast(*s, tiers, 5, CommType::i32, 0);
     s->synchronize();
   }
   PlacementCandidate k;
   k.params = Tier(tiers[0]), k.grads = Tier(tiers[1]), k.optimizer = Tier(tiers[2]);
+  k.optimizer_host_bytes = uint64_t(uint32_t(tiers[3])) << 32 | uint32_t(tiers[4]);
   return with_placement(cfg, k);
 }
 

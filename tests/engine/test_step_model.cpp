@@ -73,8 +73,9 @@ TEST(StepModel, PicksAllDeviceWhenItFits) {
   c.offload.params.automatic = c.offload.grads.automatic = c.offload.optimizer.automatic = true;
   const AutoPlan plan = plan_placements(c, 1, gpu_machine(), rates());
   // params × optimizer over 3 tiers, grads device|host with the optimizer on the device, and
-  // params off the device only with the optimizer off it (a GPU): 2 + 2·3 = 8 candidates.
-  EXPECT_EQ(plan.candidates.size(), 8u);
+  // params off the device only with the optimizer off it (a GPU): 2 + 2·3 = 8 candidates; and
+  // with 512G of RAM, each of the 3 NVMe optimizer placements has a twin keeping states there.
+  EXPECT_EQ(plan.candidates.size(), 8u + 3u);
   const PlacementCandidate& k = chosen_placement(plan);
   EXPECT_EQ(k.params, Tier::device);
   EXPECT_EQ(k.grads, Tier::device);
@@ -131,6 +132,66 @@ TEST(StepModel, KeepsTheTiersThatAreNotAuto) {
   const PlacementCandidate& k = chosen_placement(off);
   EXPECT_NE(k.optimizer, Tier::device) << k.name();
   EXPECT_EQ(k.grads, Tier::host) << k.name();
+}
+
+// offload.optimizer = "auto": each NVMe optimizer candidate has a twin that keeps the first units'
+// states in the RAM the plan leaves free under kKeptShareOfRam; the twin moves fewer bytes, is
+// predicted faster, and resolves to a config with that offload.optimizer_host_bytes. No twin
+// for a fixed optimizer tier, a user's own optimizer_host_bytes, or RAM with no room left.
+TEST(StepModel, AutoOptimizerKeepsStatesInTheRamLeftFree) {
+  Config c = small(scratch_dir());
+  c.offload.optimizer.automatic = true;
+  c.offload.grads.automatic = true;
+  PlacementCandidate plain;
+  plain.params = Tier::device, plain.grads = Tier::host, plain.optimizer = Tier::nvme;
+  const MemoryPlan base = plan_memory(with_placement(c, plain), 1, gpu_machine());
+  const LlamaModel model(c.model, 1);
+  uint64_t states = 0;  // master, m and v of every unit
+  for (const auto& u : model.units()) states += u.layout.shard_numel() * 12;
+  PlanMachine machine = gpu_machine();
+  machine.host_memory = uint64_t(double(base.host_need + states / 2) / kKeptShareOfRam) + 1;
+  const AutoPlan plan = plan_placements(c, 1, machine, rates());
+  const PlacementCandidate* twin = nullptr;
+  const PlacementCandidate* nvme = nullptr;
+  for (const auto& k : plan.candidates) {
+    if (k.params != Tier::device || k.optimizer != Tier::nvme) continue;
+    (k.optimizer_host_bytes ? twin : nvme) = &k;
+  }
+  ASSERT_NE(nvme, nullptr);
+  ASSERT_NE(twin, nullptr);
+  const uint64_t room = uint64_t(kKeptShareOfRam * double(machine.host_memory)) - base.host_need;
+  EXPECT_EQ(twin->optimizer_host_bytes, room);
+  EXPECT_NEAR(double(room), double(states / 2), 2.0);
+  EXPECT_TRUE(twin->fits) << twin->why_not;
+  EXPECT_LT(twin->nvme_bytes, nvme->nvme_bytes);
+  EXPECT_GT(twin->host_bytes, nvme->host_bytes);
+  EXPECT_LT(twin->prediction.step_ms, nvme->prediction.step_ms);
+  EXPECT_LT(twin->prediction.bytes.nvme_read, nvme->prediction.bytes.nvme_read);
+  const Config resolved = with_placement(c, *twin);
+  EXPECT_EQ(resolved.offload.optimizer_host_bytes, room);
+  const MemoryPlan kept = plan_memory(resolved, 1, machine);
+  EXPECT_LE(kept.host_need, uint64_t(kKeptShareOfRam * double(machine.host_memory)));
+  EXPECT_NE(twin->name().find("optimizer_host_bytes="), std::string::npos) << twin->name();
+  EXPECT_EQ(with_placement(c, *nvme).offload.optimizer_host_bytes, 0u);
+
+  auto twins = [&](const Config& cfg, const PlanMachine& m) {
+    int n = 0;
+    for (const auto& k : plan_placements(cfg, 1, m, rates()).candidates)
+      n += k.optimizer == Tier::nvme && k.optimizer_host_bytes != 0;
+    return n;
+  };
+  EXPECT_GT(twins(c, machine), 0);
+  Config fixed = c;  // the user chose NVMe: nothing kept unless they say so
+  fixed.offload.optimizer = Tier::nvme;
+  fixed.offload.params.automatic = true;
+  EXPECT_EQ(twins(fixed, machine), 0);
+  Config own = c;  // the user's own budget: every NVMe candidate carries it, no twin
+  own.offload.optimizer_host_bytes = 12345;
+  for (const auto& k : plan_placements(own, 1, machine, rates()).candidates)
+    EXPECT_EQ(k.optimizer_host_bytes, k.optimizer == Tier::nvme ? 12345u : 0u) << k.name();
+  PlanMachine full = machine;  // no room beside the plan
+  full.host_memory = uint64_t(double(base.host_need) / kKeptShareOfRam);
+  EXPECT_EQ(twins(c, full), 0);
 }
 
 TEST(StepModel, RefusesWhenNothingFitsNamingTheLimits) {
