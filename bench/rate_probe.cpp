@@ -89,10 +89,6 @@ double measure_attention_flops(Device& dev, double min_seconds) {
   return 6.0 * T * double(H) * D * double(B) * T / seconds;
 }
 
-namespace {
-
-}  // namespace
-
 bool uses_cuda(const Config& c) {
   return c.train.device == "cuda" || (c.train.device == "auto" && cuda_device_count() > 0);
 }

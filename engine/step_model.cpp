@@ -253,7 +253,7 @@ AutoPlan plan_placements(const Config& c, int dp, const PlanMachine& machine,
   if (nvme) tiers.push_back(Tier::nvme);
   AutoPlan plan;
   // A candidate's bytes, fit and prediction in stage st (the largest and slowest over the stages).
-  auto evaluate = [&](PlacementCandidate& k, int st, AutoPlan& into) {
+  auto evaluate = [&](PlacementCandidate& k, int st) {
     const Config cc = with_placement(c, k);
     const MemoryPlan mp = plan_memory(cc, dp, machine, st);
     k.device_bytes = std::max(k.device_bytes, mp.tier_bytes("device"));
@@ -261,8 +261,8 @@ AutoPlan plan_placements(const Config& c, int dp, const PlanMachine& machine,
     k.host_bytes = std::max(k.host_bytes, mp.tier_bytes("host"));
     k.nvme_bytes = std::max(k.nvme_bytes, mp.tier_bytes("nvme"));
     for (const PlanCheck& ch : mp.checks) {
-      if (into.candidates.empty() && st == 0)
-        into.limits.push_back(str(ch.what, ": ", format_bytes(ch.limit), " (", ch.limit_name, ")"));
+      if (plan.candidates.empty() && st == 0)
+        plan.limits.push_back(str(ch.what, ": ", format_bytes(ch.limit), " (", ch.limit_name, ")"));
       if (!ch.ok() && k.fits) {
         k.fits = false;
         k.why_not = str(ch.what, " needs ", format_bytes(ch.need), " of ", format_bytes(ch.limit));
@@ -288,7 +288,7 @@ AutoPlan plan_placements(const Config& c, int dp, const PlanMachine& machine,
         uint64_t spare = ~uint64_t(0);  // per rank, in every stage: RAM the twin may keep states in
         k.fits = true;
         for (int st = 0; st < c.parallel.pp; ++st) {
-          const MemoryPlan mp = evaluate(k, st, plan);
+          const MemoryPlan mp = evaluate(k, st);
           const uint64_t room = uint64_t(kKeptShareOfRam * double(mp.host_limit));
           spare = std::min(spare, room > mp.host_need ? (room - mp.host_need) / uint64_t(mp.ranks_here) : 0);
         }
@@ -303,7 +303,7 @@ AutoPlan plan_placements(const Config& c, int dp, const PlanMachine& machine,
         const LlamaModel first(c.model, dp, c.parallel.tp, 0, pipeline_partition(c)[0]);
         if (optimizer_host_units(first, zero_options(cc).placement) == 0) continue;  // no whole unit
         kept.fits = true;
-        for (int st = 0; st < c.parallel.pp; ++st) evaluate(kept, st, plan);
+        for (int st = 0; st < c.parallel.pp; ++st) evaluate(kept, st);
         plan.candidates.push_back(std::move(kept));
       }
   // A later candidate (more bytes moved) wins only when it is predicted faster by more than
