@@ -14,6 +14,7 @@
 #include "core/size.h"
 #include "comm/comm.h"
 #include "engine/config.h"
+#include "engine/rate_cache.h"
 #include "engine/step_model.h"
 #include "engine/trainer.h"
 #include "report/chart.h"
@@ -214,15 +215,7 @@ nlohmann::json run_sweep(Communicator& world, const SweepOptions& o) {
                         {"io_bench", io},
                         {"nvme_read_gbps", read_gbps},
                         {"nvme_write_gbps", write_gbps},
-                        {"rates", {{"device", rates.device}, {"gemm_flops", rates.gemm_flops},
-                                   {"attention_flops", rates.attention_flops},
-                                   {"adam_gbps", rates.adam_gbps}, {"device_mem_gbps", rates.device_mem_gbps},
-                                   {"h2d_gbps", rates.h2d_gbps}, {"d2h_gbps", rates.d2h_gbps},
-                                   {"nvme_read_gbps", rates.nvme_read_gbps},
-                                   {"nvme_write_gbps", rates.nvme_write_gbps},
-                                   {"cpu_threads", rates.cpu_threads},
-                                   {"comm_gbps", rates.comm_gbps},
-                                   {"measured_at", rates.measured_at}}},
+                        {"rates", rates_json(rates)},
                         {"compute_bound_ms", compute_bound},
                         {"rows", rows}};
   if (world.rank() == 0 && !o.out_prefix.empty()) {

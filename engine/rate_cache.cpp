@@ -158,4 +158,13 @@ void store_rates(const std::string& path, const std::string& key, const MachineR
   fileutil::write_file_atomic(path, j.dump(2) + "\n", kWhere);
 }
 
+nlohmann::json rates_json(const MachineRates& r) {
+  return {{"source", r.source},       {"measured_at", r.measured_at},   {"device", r.device},
+          {"nvme", r.nvme},           {"gemm_flops", r.gemm_flops},
+          {"attention_flops", r.attention_flops}, {"adam_gbps", r.adam_gbps},
+          {"device_mem_gbps", r.device_mem_gbps}, {"h2d_gbps", r.h2d_gbps}, {"d2h_gbps", r.d2h_gbps},
+          {"nvme_read_gbps", r.nvme_read_gbps}, {"nvme_write_gbps", r.nvme_write_gbps}, {"cpu_threads", r.cpu_threads},
+          {"comm_gbps", r.comm_gbps}};
+}
+
 }  // namespace strata

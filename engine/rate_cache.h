@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "engine/step_model.h"
 
 namespace strata {
@@ -29,5 +31,9 @@ std::optional<MachineRates> load_rates(const std::string& path, const std::strin
 // Adds or replaces the entry for `key` (other entries are kept; a malformed file is an Error,
 // never overwritten silently), creating the directory.
 void store_rates(const std::string& path, const std::string& key, const MachineRates& rates);
+
+// Every rate, where it came from and when it was measured, as reports print them (`strata plan
+// --auto --json`, `strata bench sweep`); not the cache entry's format.
+nlohmann::json rates_json(const MachineRates& rates);
 
 }  // namespace strata

@@ -236,13 +236,14 @@ void ZeroEngine::Impl::reduce_grad(int u) {
   if (grads_tier_ == Tier::device || device_.host_addressable()) {
     device_.ops().add(reduce_, g, g, part, n);
     if (grads_tier_ == Tier::host) traffic_.d2h_bytes += n * 4;
-  } else if (!grad_accumulated_[size_t(u)]) {
-    reduce_.copy(g, part, n * 4);  // the step's first micro-batch: the shard holds zeros
-    traffic_.d2h_bytes += n * 4;
   } else {
-    float* stage = grad_stage_.as<float>();
-    reduce_.copy(stage, part, n * 4);
-    reduce_.host_task("accumulate host gradient", [g, stage, n] { cpu::fast::add(g, g, stage, n); });
+    if (!grad_accumulated_[size_t(u)]) {
+      reduce_.copy(g, part, n * 4);  // the step's first micro-batch: the shard holds zeros
+    } else {
+      float* stage = grad_stage_.as<float>();
+      reduce_.copy(stage, part, n * 4);
+      reduce_.host_task("accumulate host gradient", [g, stage, n] { cpu::fast::add(g, g, stage, n); });
+    }
     traffic_.d2h_bytes += n * 4;
   }
   grad_accumulated_[size_t(u)] = 1;

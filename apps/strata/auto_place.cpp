@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/size.h"
+#include "engine/rate_cache.h"
 #include "engine/trainer.h"
 #include "kernels/device.h"
 
@@ -32,15 +33,6 @@ std::string rates_text(const MachineRates& r) {
     t += line;
   }
   return t;
-}
-
-nlohmann::json rates_json(const MachineRates& r) {
-  return {{"source", r.source},       {"measured_at", r.measured_at},   {"device", r.device},
-          {"nvme", r.nvme},           {"gemm_flops", r.gemm_flops},
-          {"attention_flops", r.attention_flops}, {"adam_gbps", r.adam_gbps},
-          {"device_mem_gbps", r.device_mem_gbps}, {"h2d_gbps", r.h2d_gbps}, {"d2h_gbps", r.d2h_gbps},
-          {"nvme_read_gbps", r.nvme_read_gbps}, {"nvme_write_gbps", r.nvme_write_gbps}, {"cpu_threads", r.cpu_threads},
-          {"comm_gbps", r.comm_gbps}};
 }
 
 std::string auto_plan_table(const AutoPlan& plan) {

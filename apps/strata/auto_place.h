@@ -25,7 +25,6 @@ std::string rates_text(const MachineRates& rates);
 // bottleneck; the chosen one marked.
 std::string auto_plan_table(const AutoPlan& plan);
 nlohmann::json auto_plan_json(const AutoPlan& plan, const MachineRates& rates);
-nlohmann::json rates_json(const MachineRates& rates);
 
 // `strata train` with "auto" in offload.params, grads or optimizer: rank 0 reads (or probes and
 // caches) the rates, plans every candidate, logs the chosen placement and its predicted step,
