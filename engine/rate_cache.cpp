@@ -26,9 +26,19 @@ constexpr const char* kRates[] = {"gemm_flops",      "attention_flops", "adam_gb
                                   "device_mem_gbps", "h2d_gbps",        "d2h_gbps"};
 constexpr const char* kNvmeRates[] = {"nvme_read_gbps", "nvme_write_gbps"};
 
+// A damaged entry: --reprobe measures it again and replaces it (store_rates reads the rest).
 [[noreturn]] void corrupt(const std::string& path, const std::string& what) {
   throw Error(kWhere, str("the rate cache '", path, "' is not usable: ", what),
-              {str("delete it (rm '", path, "') or measure again with --reprobe")});
+              {str("measure again with --reprobe, which replaces the entry, or delete the file (rm '",
+                   path, "')")});
+}
+
+// A file that is not a rate cache at all is never overwritten (it may not be strata's: a wrong
+// --rates), so --reprobe cannot mend it.
+[[noreturn]] void not_a_cache(const std::string& path, const std::string& what) {
+  throw Error(kWhere, str("the rate cache '", path, "' is not usable: ", what),
+              {str("delete it (rm '", path, "'), and the rates are measured again; a file that is "
+                   "not a rate cache is never overwritten, with --reprobe neither")});
 }
 
 nlohmann::json read_cache(const std::string& path) {
@@ -36,11 +46,11 @@ nlohmann::json read_cache(const std::string& path) {
   if (!std::filesystem::exists(path, ec)) return nullptr;
   const std::string text = fileutil::read_file(path, kWhere);
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) corrupt(path, "it is not JSON");
+  if (j.is_discarded()) not_a_cache(path, "it is not JSON");
   if (!j.is_object() || !j.contains("machines") || !j["machines"].is_object())
-    corrupt(path, "no \"machines\" object");
+    not_a_cache(path, "no \"machines\" object");
   if (!j.contains("version") || j["version"] != kVersion)
-    corrupt(path, str("version ", j.contains("version") ? j["version"].dump() : "missing", ", expected ", kVersion));
+    not_a_cache(path, str("version ", j.contains("version") ? j["version"].dump() : "missing", ", expected ", kVersion));
   return j;
 }
 

@@ -4,7 +4,8 @@
 // The file holds one entry per machine key — the device's name and the file systems of
 // offload.nvme_path — so a change of GPU or disk probes again. Reading never guesses: a file that
 // is not JSON of this shape, or an entry with a missing or non-positive rate, is an Error naming
-// the file and the fix (delete it, or --reprobe). Writing replaces the file atomically (a
+// the file and the fix (a bad entry: --reprobe replaces it; a file that is not a rate cache:
+// delete it — it is never overwritten). Writing replaces the file atomically (a
 // temporary file, then rename). It does not measure anything (bench/rate_probe.h does).
 #pragma once
 

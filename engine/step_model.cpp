@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <array>
+#include <set>
+#include <string>
 
 #include "core/error.h"
 #include "core/size.h"
@@ -252,6 +254,7 @@ AutoPlan plan_placements(const Config& c, int dp, const PlanMachine& machine,
   std::vector<Tier> tiers = {Tier::device, Tier::host};
   if (nvme) tiers.push_back(Tier::nvme);
   AutoPlan plan;
+  std::set<std::string> limit_names;
   // A candidate's bytes, fit and prediction in stage st (the largest and slowest over the stages).
   auto evaluate = [&](PlacementCandidate& k, int st) {
     const Config cc = with_placement(c, k);
@@ -261,7 +264,9 @@ AutoPlan plan_placements(const Config& c, int dp, const PlanMachine& machine,
     k.host_bytes = std::max(k.host_bytes, mp.tier_bytes("host"));
     k.nvme_bytes = std::max(k.nvme_bytes, mp.tier_bytes("nvme"));
     for (const PlanCheck& ch : mp.checks) {
-      if (plan.candidates.empty() && st == 0)
+      // Each limit once, from the first candidate that is checked against it (the pinned budget
+      // and the NVMe space only apply to placements that stage or swap).
+      if (limit_names.insert(ch.what).second)
         plan.limits.push_back(str(ch.what, ": ", format_bytes(ch.limit), " (", ch.limit_name, ")"));
       if (!ch.ok() && k.fits) {
         k.fits = false;

@@ -207,6 +207,29 @@ TEST(StepModel, RefusesWhenNothingFitsNamingTheLimits) {
                    "this machine's RAM", "params=device grads=device optimizer=device", "offload.nvme_path");
 }
 
+// The limits the error lists are those of every candidate, not only of the first (all on the
+// device), which is never checked against the pinned budget or the NVMe space.
+TEST(StepModel, RefusalListsTheLimitsOfEveryCandidate) {
+  Config c = small(scratch_dir());
+  c.offload.params.automatic = c.offload.grads.automatic = c.offload.optimizer.automatic = true;
+  c.offload.device_mem_limit = 64 << 10;
+  c.offload.pinned_mem_limit = 64 << 10;
+  PlanMachine m = gpu_machine();
+  m.host_memory = 1 << 20;
+  const AutoPlan plan = plan_placements(c, 1, m, rates());
+  EXPECT_EQ(plan.chosen, -1);
+  auto listed = [&](const std::string& name) {
+    int n = 0;
+    for (const auto& l : plan.limits) n += l.find(name) != std::string::npos;
+    return n;
+  };
+  EXPECT_EQ(listed("offload.device_mem_limit"), 1);
+  EXPECT_EQ(listed("this machine's RAM"), 1);
+  EXPECT_EQ(listed("offload.pinned_mem_limit"), 1);
+  EXPECT_EQ(listed("free space in " + c.offload.nvme_path[0]), 1);
+  EXPECT_ERROR_HAS(chosen_placement(plan), "offload.pinned_mem_limit", "free space in");
+}
+
 TEST(StepModel, BytesPerStepFollowTheTuningTable) {
   // params and optimizer on NVMe in f32: the compute copy is the master; each pass reads it
   // (forward, backward), the optimizer reads and writes master, m, v (docs/tuning.md).
@@ -490,7 +513,8 @@ TEST(RateCache, CorruptFileIsAnErrorNamingTheFileAndTheFix) {
   const std::string path = dir + "/rates.json";
   const std::string key = rate_cache_key("test gpu", "259:1 /mnt (ext4)");
   write_bytes(path, "{\"version\": 1, \"machines\": {");  // cut short
-  EXPECT_ERROR_HAS(load_rates(path, key), "[plan::rate_cache]", path, "not JSON", "--reprobe", "rm");
+  EXPECT_ERROR_HAS(load_rates(path, key), "[plan::rate_cache]", path, "not JSON", "rm '" + path,
+                   "never overwritten");
   EXPECT_ERROR_HAS(store_rates(path, key, rates()), path, "not JSON");  // never overwritten silently
   write_bytes(path, "[1, 2]");
   EXPECT_ERROR_HAS(load_rates(path, key), path, "machines");
@@ -500,7 +524,7 @@ TEST(RateCache, CorruptFileIsAnErrorNamingTheFileAndTheFix) {
   ASSERT_NE(at, std::string::npos);
   text.replace(at, text.find(',', at) - at, "\"gemm_flops\": -1");
   write_bytes(path, text);
-  EXPECT_ERROR_HAS(load_rates(path, key), path, "gemm_flops = -1", "--reprobe");
+  EXPECT_ERROR_HAS(load_rates(path, key), path, "gemm_flops = -1", "--reprobe, which replaces the entry");
 }
 
 // An entry written before strata measured attention has no attention_flops: it is not an error
