@@ -266,7 +266,7 @@ AutoPlan plan_placements(const Config& c, int dp, const PlanMachine& machine,
     for (const PlanCheck& ch : mp.checks) {
       // Each limit once, from the first candidate that is checked against it (the pinned budget
       // and the NVMe space only apply to placements that stage or swap).
-      if (limit_names.insert(ch.what).second)
+      if (limit_names.insert(ch.limit_name).second)
         plan.limits.push_back(str(ch.what, ": ", format_bytes(ch.limit), " (", ch.limit_name, ")"));
       if (!ch.ok() && k.fits) {
         k.fits = false;
