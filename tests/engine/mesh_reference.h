@@ -79,7 +79,9 @@ inline RunResult train_one_rank(Config c, int dp) {
 inline void expect_close(const RunResult& a, const RunResult& b, double rtol, const std::string& what) {
   ASSERT_EQ(a.losses.size(), b.losses.size());
   double worst_loss = 0, worst_norm = 0, worst_l2 = 0;
-  for (size_t i = 0; i < a.losses.size(); ++i) {
+  for (size_t i = 0; i < a.losses.size(); ++i) {  // std::max would pass over a NaN
+    EXPECT_TRUE(std::isfinite(a.losses[i]) && std::isfinite(a.grad_norms[i]))
+        << what << ", step " << i + 1;
     worst_loss = std::max(worst_loss, std::fabs(a.losses[i] - b.losses[i]) / std::fabs(b.losses[i]));
     worst_norm = std::max(worst_norm, std::fabs(a.grad_norms[i] - b.grad_norms[i]) / b.grad_norms[i]);
   }

@@ -544,18 +544,26 @@ TEST(Checkpoint, ADamagedFileIsRefusedNamingBothHashes) {
   } catch (const Error& e) {
     const std::string msg = e.what();
     EXPECT_NE(msg.find("rank_00000.bin"), std::string::npos) << msg;
-    EXPECT_NE(msg.find(hash_hex(m.files[0].xxh64)), std::string::npos) << msg;
+    EXPECT_NE(msg.find(hash_hex(m.files[0].xxh64)), std::string::npos) << msg;  // recorded
+    EXPECT_NE(msg.find(hash_hex(checkpoint_file_hash(dir + "/rank_00000.bin"))), std::string::npos)
+        << msg;  // found
     EXPECT_NE(msg.find("is damaged"), std::string::npos) << msg;
   }
-  // The manifest is covered too (manifest.xxh64).
+  // The manifest is covered too (manifest.xxh64): a change that leaves it valid JSON (the step
+  // 2 -> 3) is refused by its checksum, not by the parser.
   sync(world());  // every rank has read the manifest above
   if (world().rank() == 0) {
-    std::fstream f(dir + "/manifest.json", std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(3);
-    f.write(" ", 1);
+    const std::string path = dir + "/manifest.json";
+    std::string text = strata::test::read_bytes(path);
+    const size_t at = text.find("\"step\": 2");
+    ASSERT_NE(at, std::string::npos) << text.substr(0, 200);
+    text[at + 8] = '3';
+    ASSERT_FALSE(nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false).is_discarded());
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.write(text.data(), std::streamsize(text.size()));
   }
   sync(world());
-  EXPECT_THROW(read_manifest(dir), Error);
+  EXPECT_ERROR_HAS(read_manifest(dir), "is damaged", "manifest.xxh64");
 }
 
 TEST(Checkpoint, ExportWritesTheWeightsAsSafetensors) {

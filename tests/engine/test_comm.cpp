@@ -4,8 +4,11 @@
 // device mesh. Values are exact small integers, so results must be equal, not close.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <numeric>
+#include <thread>
 
 #include "core/dtype.h"
 #include "core/error.h"
@@ -141,15 +144,33 @@ TEST(Comm, PointToPointRing) {
 TEST(Comm, OverlapsWithOtherStreams) {
   // A collective enqueued on the communication stream does not block the host or another
   // stream: the host returns at once, and a compute stream finishes its own work meanwhile.
+  // The collective is queued behind a task that holds the stream until the compute work is done
+  // (bounded: 20 s): were the collective to block the host, or to hold the compute stream, the
+  // hold would run out first.
   Env& e = env();
   auto compute = e.device->make_stream("compute");
   std::vector<float> send(1 << 16, 1.f), recv(size_t(e.world->size()) << 16);
+  std::atomic<bool> release{false}, timed_out{false};
+  e.stream->host_task("hold", [&] {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!release.load())
+      if (std::chrono::steady_clock::now() > until) {
+        timed_out = true;
+        return;
+      } else {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+  });
   e.world->all_gather(*e.stream, recv.data(), send.data(), send.size(), CommType::f32);
-  int done = 0;
+  std::atomic<int> done{0};
   compute->host_task("work", [&] { done = 1; });
   compute->synchronize();
-  EXPECT_EQ(done, 1);
+  EXPECT_EQ(done.load(), 1);
+  EXPECT_FALSE(timed_out.load()) << "the collective waited for the hold instead of queueing";
+  EXPECT_EQ(recv[0], 0.f) << "the collective ran before the task queued ahead of it";
+  release = true;
   e.stream->synchronize();
+  for (float x : recv) ASSERT_EQ(x, 1.f);
 }
 
 TEST(Mesh, AxesPartitionTheWorld) {

@@ -300,7 +300,7 @@ TEST(Offload, DeviceLimitOnlyTheOffloadedPlacementFits) {
   ASSERT_LT(need_off, need_all);
   const uint64_t limit = need_off + (need_all - need_off) / 2;
   all.offload.device_mem_limit = off.offload.device_mem_limit = limit;
-  EXPECT_THROW(run(all), Error);
+  EXPECT_ERROR_HAS(run(all), "offload.device_mem_limit");
   Result r = run(off);  // fits, and the device's own cap held every allocation
   EXPECT_EQ(r.losses.size(), 3u);
 }
@@ -515,6 +515,7 @@ TEST(Offload, SlotsPerUnitKindShrinkTheWorkingSetAndChangeNoNumber) {
 // begins. The numbers are the same either way.
 TEST(Offload, OverlappedUpdateRunsIntoTheNextStep) {
   std::vector<double> serial_losses;
+  std::vector<std::vector<float>> serial_weights;  // the last step's update shows only here
   for (bool overlap : {false, true}) {
     SCOPED_TRACE(overlap ? "overlapped optimizer" : "serial optimizer");
     Config c = base(Precision::bf16);
@@ -530,9 +531,11 @@ TEST(Offload, OverlappedUpdateRunsIntoTheNextStep) {
     if (overlap) {
       EXPECT_EQ(hold.begun_at, (std::vector<int64_t>{2, 3, 3}));
       EXPECT_EQ(r.losses, serial_losses);
+      EXPECT_TRUE(r.weights == serial_weights) << "final weights differ from the serial order";
     } else {
       EXPECT_EQ(hold.begun_at, (std::vector<int64_t>{1, 2, 3}));
       serial_losses = r.losses;
+      serial_weights = r.weights;
     }
   }
 }

@@ -279,10 +279,12 @@ TEST(Pipeline, Pp2GathersPerStep) {
   const auto st = pipeline_partition(c);
   const uint64_t units = uint64_t(st[size_t(world().rank())].size());
   const RunResult reshard = train(c, world());
+  ASSERT_EQ(reshard.gathers.size(), 3u);
   for (uint64_t g : reshard.gathers) EXPECT_EQ(g, 2 * 4 * units);
   c.zero.reshard_after_forward = false;
   c.train.steps = 10;
   const RunResult kept = train(c, world());
+  ASSERT_EQ(kept.gathers.size(), 10u);
   for (uint64_t g : kept.gathers) EXPECT_EQ(g, units);
   expect_close(kept, train_one_rank(c, 1), kTol, "pp 2, units gathered once per step");
 }

@@ -210,6 +210,7 @@ TEST(TensorParallel, CommunicationBytesFollowTheLayout) {
                                + uint64_t(tp) * N * 2 * 4  // loss parts
                                + act                       // d(lnf)
                                + L * kv;                   // replicated kv gradients
+    ASSERT_EQ(r.tp_bytes.size(), size_t(c.train.steps));
     for (uint64_t b : r.tp_bytes) EXPECT_EQ(b, per_micro * uint64_t(c.train.grad_accum)) << "ckpt " << ckpt;
   }
 }
@@ -250,6 +251,7 @@ TEST(TensorParallel, SequenceParallelCommunicationBytesFollowTheLayout) {
                                + uint64_t(tp) * N * 2 * 4          // loss parts
                                + (2 * L + 1) * C * 4               // norm weight gradients
                                + L * kv;
+    ASSERT_EQ(r.tp_bytes.size(), size_t(c.train.steps));
     for (uint64_t b : r.tp_bytes) EXPECT_EQ(b, per_micro) << "ckpt " << ckpt;
   }
 }
