@@ -459,9 +459,12 @@ ZeroMemory ZeroEngine::Impl::memory() const {
     }
   for (const auto& sl : param_slots_) m.gathered_bytes += sl.full.bytes() + sl.full16.bytes() + sl.shard.bytes();
   for (const auto& sl : grad_slots_) m.gathered_bytes += sl.full.bytes();
-  if (param_pool_) m.pinned_bytes += param_pool_->bytes();
-  if (chunk_pool_) m.pinned_bytes += chunk_pool_->bytes();
-  if (ahead_pool_) m.pinned_bytes += ahead_pool_->bytes();
+  for (const auto* pool : {param_pool_.get(), chunk_pool_.get(), ahead_pool_.get()})
+    if (pool) {
+      m.pinned_bytes += pool->bytes();
+      m.staging_bytes += uint64_t(pool->count()) * pool->buffer_bytes();
+    }
+  if (param_pool_) m.param_staging_shards = param_pool_->count();
   return m;
 }
 

@@ -121,7 +121,9 @@ struct ZeroMemory {
   uint64_t shard_bytes = 0;      // device-resident shards (master, m, v, grad, compute copy)
   uint64_t gathered_bytes = 0;   // device parameter and gradient slots (the gathered working set)
   uint64_t host_bytes = 0;       // host-resident shards
-  uint64_t pinned_bytes = 0;     // pinned staging pools
+  uint64_t pinned_bytes = 0;     // pinned staging pools (their slabs, rounded up to whole pages)
+  uint64_t staging_bytes = 0;    // the pools' buffers (count × buffer bytes): what the plan counts
+  int param_staging_shards = 0;  // buffers of the NVMe parameter read-ahead pool
   uint64_t nvme_bytes = 0;       // swap-space extents
 };
 

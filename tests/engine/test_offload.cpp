@@ -363,6 +363,7 @@ TEST(Offload, PlanCountsWhatTheEngineAllocates) {
         const uint64_t staging = rows("pinned", {"NVMe"});
         const uint64_t pools = uint64_t(std::count_if(plan.rows.begin(), plan.rows.end(),
                                                       [](const PlanRow& r) { return r.what.rfind("NVMe", 0) == 0; }));
+        EXPECT_EQ(z.staging_bytes, staging);
         EXPECT_GE(z.pinned_bytes, staging);
         EXPECT_LE(z.pinned_bytes, staging + pools * ((2u << 20) - 1));
         EXPECT_EQ(z.nvme_bytes, plan.tier_bytes("nvme"));
@@ -444,6 +445,8 @@ TEST(Offload, PlanAndEngineShareThePinnedBudget) {
     }
     Trainer t(c, world(), opt);
     const ZeroMemory z = t.state_memory();
+    EXPECT_EQ(z.param_staging_shards, k.shards);
+    EXPECT_EQ(z.staging_bytes, planned);
     // Each pool is one slab rounded up to 2 MiB pages, which the plan does not count.
     EXPECT_GE(z.pinned_bytes, planned);
     EXPECT_LE(z.pinned_bytes, planned + uint64_t(pools) * ((2u << 20) - 1));
