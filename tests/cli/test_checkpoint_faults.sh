@@ -27,6 +27,11 @@ for v in ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS TSAN_OPTIONS; do
 done
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+# The 2-rank cases need mpiexec: without it they cannot run, and that is a failure, not a pass.
+if ! [ -x "$(command -v "$mpiexec")" ]; then
+  fail "no mpiexec ('$mpiexec'): kill_shard_mpi2, the tensor-parallel and the SIGUSR1 2-rank" \
+       "cases cannot run; install Open MPI (scripts/install-deps.sh) and configure again"
+fi
 
 # "step loss" per metrics line, sorted by step.
 losses() { grep -o '"loss":[^,}]*\|"step":[0-9]*' "$1" | paste -d' ' - - | \
