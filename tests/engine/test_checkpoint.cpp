@@ -513,9 +513,15 @@ TEST(Checkpoint, ManifestListsEveryTensorFileAndChecksum) {
   EXPECT_EQ(m.windows_consumed, uint64_t(4) * 2 * 2 * uint64_t(world().size()));
   EXPECT_EQ(m.tensors.size(), 3u + 2u * 9u);  // embed, final norm, lm_head + 9 per block
   verify_checkpoint_files(dir, m, 0, 1);
-  // Each file is exactly what its blocks need, and its hash is the file's.
-  for (const auto& f : m.files) {
-    EXPECT_EQ(fs::file_size(dir + "/" + f.name), f.bytes);
+  // Each file is exactly what its blocks need (the layout's count, not only the manifest's), and
+  // its hash is the file's.
+  ASSERT_EQ(m.files.size(), size_t(world().size()));
+  for (int rank = 0; rank < world().size(); ++rank) {
+    const auto& f = m.files[size_t(rank)];
+    EXPECT_EQ(f.name, checkpoint_rank_file(rank));
+    const uint64_t need = checkpoint_file_bytes(LlamaModel(c.model, world().size()), rank);
+    EXPECT_EQ(f.bytes, need) << f.name;
+    EXPECT_EQ(fs::file_size(dir + "/" + f.name), need) << f.name;
     EXPECT_EQ(checkpoint_file_hash(dir + "/" + f.name), f.xxh64);
   }
 }

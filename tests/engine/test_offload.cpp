@@ -261,9 +261,25 @@ TEST(Offload, NvmeStripedOverTwoDirectories) {
   c.offload.nvme_path = {nvme_dir("a"), nvme_dir("b")};
   c.io.stripe_size = 64 << 10;
   c.io.block_size = 16 << 10;
-  Result r = run(c);
+  // While it trains, the process holds a (deleted) swap file in each directory.
+  std::vector<int> open_in(c.offload.nvme_path.size(), 0);
+  auto hooks = std::make_shared<TestHooks>();
+  hooks->before_step = [&](int64_t step) {
+    if (step != 2) return;
+    for (const auto& fd : fs::directory_iterator("/proc/self/fd")) {
+      std::error_code ec;
+      const std::string target = fs::read_symlink(fd.path(), ec).string();
+      for (size_t i = 0; i < open_in.size(); ++i)
+        open_in[i] += !ec && target.rfind(c.offload.nvme_path[i] + "/", 0) == 0;
+    }
+  };
+  TrainerOptions opt;
+  opt.test_hooks = hooks;
+  Result r = run(c, opt);
   EXPECT_EQ(r.losses, ref.losses);
   EXPECT_TRUE(r.weights == ref.weights);
+  for (size_t i = 0; i < open_in.size(); ++i)
+    EXPECT_GE(open_in[i], 1) << "no swap file open under " << c.offload.nvme_path[i];
   // Nothing is left behind: the swap files are unlinked once open.
   for (const auto& d : c.offload.nvme_path) EXPECT_TRUE(fs::is_empty(d)) << d;
 }
