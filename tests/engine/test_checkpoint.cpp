@@ -317,15 +317,18 @@ TEST(CheckpointFormat, TensorParallelPiecesTileEveryTensorAndLoadIntoAnyLayout) 
       for (int r = 0; r < tp2; ++r) {
         const LlamaModel part(c.model, 1, tp2, r);
         for (int u = 0; u < part.num_units(); ++u)
-          for (const auto& v : part.unit(u).layout.views()) {
-            std::vector<float> want(v.numel), got(v.numel, NAN);
-            part.init_values(u, 100, v.offset, v.numel, want.data());
-            for (size_t lo = 0; lo < v.numel; lo += 37)  // partial rows at both ends
-              for (const GlobalRuns& g : v.global_runs(lo, std::min<size_t>(v.numel, lo + 37)))
-                for (size_t i = 0; i < g.rows; ++i)
-                  reader.read(v.name, 0, g.start + i * g.row_stride, g.count, got.data() + g.local + i * g.count);
-            ASSERT_EQ(got, want) << v.name << " as the slice of tp rank " << r << " of " << tp2;
-          }
+          for (const auto& v : part.unit(u).layout.views())
+            for (int s = 0; s < kCheckpointStates; ++s) {  // master, m and v
+              std::vector<float> want(v.numel), got(v.numel, NAN);
+              part.init_values(u, 100 + uint64_t(s), v.offset, v.numel, want.data());
+              for (size_t lo = 0; lo < v.numel; lo += 37)  // partial rows at both ends
+                for (const GlobalRuns& g : v.global_runs(lo, std::min<size_t>(v.numel, lo + 37)))
+                  for (size_t i = 0; i < g.rows; ++i)
+                    reader.read(v.name, s, g.start + i * g.row_stride, g.count,
+                                got.data() + g.local + i * g.count);
+              ASSERT_EQ(got, want) << v.name << " state " << s << " as the slice of tp rank " << r
+                                   << " of " << tp2;
+            }
       }
     }
   }
