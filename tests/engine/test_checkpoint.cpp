@@ -482,9 +482,12 @@ TEST(Checkpoint, ResumesAcrossOptimizerStateDtypes) {
     const Result b = run(second, world(), opt);
     ASSERT_EQ(b.losses.size(), 5u);
     EXPECT_EQ(b.losses[0], straight.losses[5]) << "the master weights were not loaded exactly";
+    // The moments change precision once, at the resume: measured 5.9e-6 (f32 saved, bf16 resumed)
+    // and 4.2e-7 at worst over steps 7-10; 1e-4 leaves 17x of that, and is far under what lost
+    // moments cost (zeroed at the load, tried by hand: 1.8e-2).
     double worst = 0;
     for (size_t i = 1; i < 5; ++i) {
-      EXPECT_NEAR(b.losses[i], straight.losses[5 + i], 1e-3 * straight.losses[5 + i]) << "step " << 6 + i;
+      EXPECT_NEAR(b.losses[i], straight.losses[5 + i], 1e-4 * straight.losses[5 + i]) << "step " << 6 + i;
       worst = std::max(worst, std::abs(b.losses[i] / straight.losses[5 + i] - 1));
     }
     std::printf("resumed %s into %s: worst relative loss difference over steps 7-10: %.1e\n",
