@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -255,6 +256,12 @@ AutoPlan plan_placements(const Config& c, int dp, const PlanMachine& machine,
   if (nvme) tiers.push_back(Tier::nvme);
   AutoPlan plan;
   std::set<std::string> limit_names;
+  // NVMe optimizer candidates get a twin that keeps states in RAM (see step_model.h) unless the
+  // optimizer tier or the budget is the user's; a twin must keep at least one whole unit of
+  // stage 0, whose model is the same for every placement.
+  const bool twins = nvme && (vary_all || o.optimizer.automatic) && o.optimizer_host_bytes == 0;
+  std::optional<LlamaModel> first_stage;
+  if (twins) first_stage.emplace(c.model, dp, c.parallel.tp, 0, pipeline_partition(c)[0]);
   // A candidate's bytes, fit and prediction in stage st (the largest and slowest over the stages).
   auto evaluate = [&](PlacementCandidate& k, int st) {
     const Config cc = with_placement(c, k);
@@ -297,16 +304,13 @@ AutoPlan plan_placements(const Config& c, int dp, const PlanMachine& machine,
           const uint64_t room = uint64_t(kKeptShareOfRam * double(mp.host_limit));
           spare = std::min(spare, room > mp.host_need ? (room - mp.host_need) / uint64_t(mp.ranks_here) : 0);
         }
-        const bool twin = opt == Tier::nvme && (vary_all || o.optimizer.automatic) &&
-                          o.optimizer_host_bytes == 0 && k.fits && spare > 0;
         plan.candidates.push_back(k);
-        if (!twin) continue;
+        if (!twins || opt != Tier::nvme || !k.fits || spare == 0) continue;
         PlacementCandidate kept;
         kept.params = params, kept.grads = grads, kept.optimizer = opt;
         kept.optimizer_host_bytes = spare;
-        const Config cc = with_placement(c, kept);
-        const LlamaModel first(c.model, dp, c.parallel.tp, 0, pipeline_partition(c)[0]);
-        if (optimizer_host_units(first, zero_options(cc).placement) == 0) continue;  // no whole unit
+        if (optimizer_host_units(*first_stage, zero_options(with_placement(c, kept)).placement) == 0)
+          continue;  // no whole unit
         kept.fits = true;
         for (int st = 0; st < c.parallel.pp; ++st) evaluate(kept, st);
         plan.candidates.push_back(std::move(kept));
