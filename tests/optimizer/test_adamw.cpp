@@ -550,11 +550,10 @@ TEST(AdamWIsaSelection, ActiveIsaFollowsStrataIsa) {
     EXPECT_THROW(adamw_update(AdamWHyper{}, 1, 1.0f, AdamWTensors{}), Error);
     return;
   }
+  // adamw_update runs adamw_update_isa(adamw_active_isa(), ...). Its output cannot show which
+  // path ran (every path is bit-identical to the scalar one: AdamWPath), so the active ISA is
+  // what is checked.
   EXPECT_EQ(adamw_active_isa(), want);
-  Shard a = make_shard(4097, 0, {false, false, true}, 1), b = a;
-  adamw_update(hyper_with(0.1f), 1, 1.0f, a.tensors());
-  adamw_update_isa(want, hyper_with(0.1f), 1, 1.0f, b.tensors());
-  EXPECT_TRUE(same_shard(b, a));
 }
 
 // ---------------------------------------------------------------------------------------------
