@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -47,8 +48,11 @@ struct TestHooks {
   // return them to the compute of u.
   std::function<void(int unit)> after_acquire;
   // Called on the compute stream (its thread on the CPU device) once unit u's forward has run
-  // there — the point the device reaches, not the point the engine's thread enqueued it.
-  std::function<void(int unit)> after_forward;
+  // there — the point the device reaches, not the point the engine's thread enqueued it — with
+  // the parameters that forward read: the unit's flat layout (layout.numel() elements, f32;
+  // with bf16 precision the compute copy widened). Device memory: readable here on the CPU
+  // device only. Valid for the call.
+  std::function<void(int unit, std::span<const float> params)> after_forward;
   // Called on an overlapped step's worker thread each time it submits the NVMe read of one chunk
   // of unit's optimizer states ahead of their update (offload.optimizer_read_ahead), with the
   // chunk's bytes (master, m and v).

@@ -485,8 +485,12 @@ struct Trainer::Impl {
     for (int u = 0; u < U; ++u) {
       const float* p = zero->acquire(u);
       runner->forward(*compute, u, p, emb);
-      if (opt.test_hooks && opt.test_hooks->after_forward)
-        compute->host_task("test hook", [hooks = opt.test_hooks, u] { hooks->after_forward(u); });
+      if (opt.test_hooks && opt.test_hooks->after_forward) {
+        const std::span<const float> params(p, model->unit(u).layout.numel());
+        compute->host_task("test hook", [hooks = opt.test_hooks, u, params] {
+          hooks->after_forward(u, params);  // before release(u) lets the slot go
+        });
+      }
       // The look-ahead after the compute is enqueued: what it waits for on the host (an NVMe
       // read, the update of unit u+1 after an overlapped step) then overlaps unit u's forward.
       for (int k = 1; k <= ahead; ++k) zero->prefetch(u + k);

@@ -10,15 +10,20 @@
 #include <filesystem>
 #include <cstdio>
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <set>
+#include <span>
 #include <thread>
 
+#include "core/dtype.h"
 #include "core/error.h"
 #include "core/size.h"
 #include "core/watchdog.h"
@@ -185,6 +190,86 @@ INSTANTIATE_TEST_SUITE_P(Offload, Placements,
                                          Numerics{Precision::fp32, DType::bf16},
                                          Numerics{Precision::bf16, DType::bf16}),
                          [](const auto& info) { return info.param.name(); });
+
+// With bf16 precision the forward reads the compute copy, which every path (the device's
+// AdamW, the CPU AdamW's fused copy over chunks, its NVMe write-back, the initial cast) must
+// round from the master to nearest even. The placements above agree with each other bit for
+// bit, so a rounding they shared (truncation, say) would pass there and be caught only by a
+// tolerance; here the forward of an evaluation after the last step must read exactly
+// RNE(master), element by element, on each path.
+TEST(Offload, Bf16ComputeCopyIsTheMasterRoundedToNearestEven) {
+  struct Case {
+    const char* what;
+    Tier params, grads, optimizer;
+    bool overlap = true, clip = true, bf16_states = false;
+    uint64_t ahead = 0, keep = 0;
+  };
+  const uint64_t chunk = base(Precision::bf16).offload.optimizer_chunk;
+  const Case cases[] = {
+      {"all on the device", Tier::device, Tier::device, Tier::device},
+      {"host memory", Tier::host, Tier::host, Tier::host},
+      {"host memory, serial", Tier::host, Tier::host, Tier::host, false},
+      {"NVMe, read ahead", Tier::nvme, Tier::host, Tier::nvme, true, true, false, 7 * chunk},
+      {"NVMe, unclipped", Tier::nvme, Tier::host, Tier::nvme, true, false},
+      {"NVMe states kept, bf16 m and v", Tier::host, Tier::host, Tier::nvme, true, true, true, 0,
+       uint64_t(1) << 20},
+  };
+  uint64_t checked = 0, differ_from_truncation = 0;
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.what);
+    Config c = base(Precision::bf16);
+    c.offload.params = k.params;
+    c.offload.grads = k.grads;
+    c.offload.optimizer = k.optimizer;
+    c.offload.overlap_optimizer = k.overlap;
+    if (!k.clip) c.train.grad_clip = 0;
+    if (k.bf16_states) c.train.optimizer_state_dtype = DType::bf16;
+    c.offload.optimizer_read_ahead = k.ahead;
+    c.offload.optimizer_host_bytes = k.keep;
+    if (k.params == Tier::nvme || k.optimizer == Tier::nvme)
+      c.offload.nvme_path = {nvme_dir("rounded_copy")};
+    c.eval.batches = 1;
+    const LlamaModel model(c.model, world().size());  // named: units() refers into it
+    std::map<int, std::vector<float>> read;  // per unit, what the evaluation's forward read
+    std::atomic<bool> evaluating = false;
+    auto hooks = std::make_shared<TestHooks>();
+    hooks->after_forward = [&](int u, std::span<const float> params) {
+      if (evaluating) read[u].assign(params.begin(), params.end());
+    };
+    TrainerOptions opt;
+    opt.progress = false;
+    opt.test_hooks = hooks;
+    Trainer t(c, world(), opt);
+    t.train();
+    evaluating = true;  // the compute stream has run every training forward: train() returned
+    t.evaluate();
+    ASSERT_EQ(int(read.size()), model.num_units());
+    for (int u = 0; u < model.num_units(); ++u) {
+      const FlatLayout& L = model.unit(u).layout;
+      ASSERT_EQ(read[u].size(), L.numel());
+      for (const ParamView& v : L.views()) {
+        const std::vector<float> master = t.parameter(v.name);
+        ASSERT_EQ(master.size(), v.numel) << v.name;
+        size_t wrong = 0, first = 0;
+        for (size_t i = 0; i < v.numel; ++i) {
+          const uint16_t want = f32_to_bf16_bits(master[i]);
+          uint32_t bits;
+          std::memcpy(&bits, &read[u][v.offset + i], 4);
+          if (bits != uint32_t(want) << 16 && wrong++ == 0) first = i;
+          uint32_t m;
+          std::memcpy(&m, &master[i], 4);
+          differ_from_truncation += want != uint16_t(m >> 16);
+        }
+        checked += v.numel;
+        EXPECT_EQ(wrong, 0u) << v.name << ": " << wrong << " of " << v.numel
+                             << " elements are not the master rounded to nearest even (first: "
+                             << first << ")";
+      }
+    }
+  }
+  // Truncation would differ from these in about half the elements.
+  EXPECT_GT(differ_from_truncation, checked / 4) << checked << " elements checked";
+}
 
 // eval.every: validation between steps reads only the compute copy, on every tier; the training
 // numbers are those of the run without it, and each eval loss is the one a run stopped at that
@@ -693,7 +778,7 @@ TEST(Offload, NextForwardWaitsOnlyForTheUnitItComputes) {
         std::lock_guard<std::mutex> lock(mu);
         begun = step;
       };
-      hooks->after_forward = [&](int u) {
+      hooks->after_forward = [&](int u, std::span<const float>) {
         if (u != held - 1) return;
         std::lock_guard<std::mutex> lock(mu);
         computed_before = begun;
