@@ -129,12 +129,31 @@ nlohmann::json run_sweep(Communicator& world, const SweepOptions& o) {
   model_machine.ranks_here = 1;
   const int dp = world.size() / (base.parallel.tp * base.parallel.pp);
 
-  nlohmann::json rows = nlohmann::json::array();
+  // One run per placement, or per placement and optimizer order.
+  struct SweepRun {
+    SweepPlacement placement;
+    bool overlap;
+    std::string name;
+  };
+  std::vector<SweepRun> runs;
   for (const auto& p : placements) {
+    const bool off_device = p.optimizer != Tier::device;
+    if (o.both_orders && off_device) {
+      runs.push_back({p, true, p.name});
+      runs.push_back({p, false, p.name + " serial"});
+    } else {
+      runs.push_back({p, base.offload.overlap_optimizer, p.name});
+    }
+  }
+
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& run : runs) {
+    const SweepPlacement& p = run.placement;
     Config c = base;
     c.offload.params = p.params;
     c.offload.optimizer = p.optimizer;
     c.offload.grads = p.grads;
+    c.offload.overlap_optimizer = run.overlap;
     c.eval.batches = 0;
     c.log.metrics.clear();
     c.log.trace.clear();
@@ -171,10 +190,11 @@ nlohmann::json run_sweep(Communicator& world, const SweepOptions& o) {
     const double io_ms = (read_gbps > 0 && write_gbps > 0)
                              ? (mean(nr) / (read_gbps * 1e9) + mean(nw) / (write_gbps * 1e9)) * 1e3
                              : 0.0;
-    rows.push_back({{"placement", p.name},
+    rows.push_back({{"placement", run.name},
                     {"params", tier_name(p.params)},
                     {"optimizer", tier_name(p.optimizer)},
                     {"grads", tier_name(p.grads)},
+                    {"overlap_optimizer", run.overlap},
                     {"tokens_per_s", mean(tps)},
                     {"step_ms", mean(step)},
                     {"time", {{"compute_ms", mean(compute)}, {"wait_io_ms", mean(wait_io)},
@@ -232,7 +252,7 @@ std::string sweep_csv(const nlohmann::json& s) {
       "optimizer_ms,device_peak_bytes,pinned_bytes,host_state_bytes,nvme_bytes,host_rss_bytes,"
       "h2d_bytes_per_step,d2h_bytes_per_step,nvme_read_bytes_per_step,nvme_write_bytes_per_step,"
       "comm_bytes_per_step,io_bound_ms,bound_ms,step_over_bound,predicted_step_ms,predicted_bottleneck,"
-      "measured_over_predicted,update_wait_ms\n";
+      "measured_over_predicted,update_wait_ms,overlap_optimizer\n";
   for (const auto& r : s["rows"]) {
     char line[1024];
     // Sweeps saved before the step model have no prediction: empty cells.
@@ -247,8 +267,11 @@ std::string sweep_csv(const nlohmann::json& s) {
     // Sweeps saved before the overlapped optimizer step have no update waits: an empty cell.
     std::string update_wait;
     if (r["time"].contains("update_wait_ms")) update_wait = str(r["time"]["update_wait_ms"].get<double>());
+    // Sweeps saved before rows said their optimizer order: an empty cell.
+    std::string overlap;
+    if (r.contains("overlap_optimizer")) overlap = r["overlap_optimizer"].get<bool>() ? "true" : "false";
     std::snprintf(line, sizeof line,
-                  "%s,%s,%s,%s,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f,%llu,%llu,%llu,%llu,%llu,%.0f,%.0f,%.0f,%.0f,%.0f,%.1f,%.1f,%.3f,%s,%s\n",
+                  "%s,%s,%s,%s,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f,%llu,%llu,%llu,%llu,%llu,%.0f,%.0f,%.0f,%.0f,%.0f,%.1f,%.1f,%.3f,%s,%s,%s\n",
                   r["placement"].get<std::string>().c_str(), r["params"].get<std::string>().c_str(),
                   r["optimizer"].get<std::string>().c_str(), r["grads"].get<std::string>().c_str(),
                   r["tokens_per_s"].get<double>(), r["step_ms"].get<double>(),
@@ -263,7 +286,8 @@ std::string sweep_csv(const nlohmann::json& s) {
                   r["bytes_per_step"]["nvme_read"].get<double>(),
                   r["bytes_per_step"]["nvme_write"].get<double>(), r["bytes_per_step"]["comm"].get<double>(),
                   r["io_bound_ms"].get<double>(), r["bound_ms"].get<double>(),
-                  r["step_over_bound"].get<double>(), predicted.c_str(), update_wait.c_str());
+                  r["step_over_bound"].get<double>(), predicted.c_str(), update_wait.c_str(),
+                  overlap.c_str());
     out += line;
   }
   return out;

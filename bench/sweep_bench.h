@@ -9,7 +9,9 @@
 // step time. Each row also carries the step model's prediction (engine/step_model.h) from the
 // GEMM, AdamW, copy and NVMe rates measured in the same run by every rank at once (so each is a
 // rank's share): predicted_step_ms, predicted_bottleneck and measured_over_predicted.
-// The first step of each row is warm-up and not timed. Collective under mpirun.
+// The first step of each row is warm-up and not timed. Every row says its optimizer order
+// (overlap_optimizer); with both_orders a placement whose optimizer is off the device has a row
+// for each order. Collective under mpirun.
 #pragma once
 
 #include <string>
@@ -28,6 +30,10 @@ struct SweepOptions {
   std::vector<std::string> placements = {"device:device", "host:host", "host:nvme", "nvme:nvme"};
   std::string out_prefix;         // PREFIX.json, PREFIX.csv, PREFIX.svg (rank 0); empty = none
   uint64_t io_bench_bytes = 1ull << 30;  // bytes of the NVMe rate measurement (0: skip)
+  // Each placement whose optimizer is off the device runs twice, overlapped and serial
+  // (offload.overlap_optimizer true, then false; the serial row is named "<placement> serial"),
+  // in the same run: which order is faster depends on the machine (docs/tuning.md).
+  bool both_orders = false;
 };
 
 nlohmann::json run_sweep(Communicator& world, const SweepOptions& options);

@@ -1,5 +1,5 @@
 // apps/strata/cmd_bench_sweep.cpp — `strata bench sweep [--config F] [--set k=v]...
-// [--placements p,...] [--out PREFIX] [--json]`: one short training per placement
+// [--placements p,...] [--both-orders] [--out PREFIX] [--json]`: one short training per placement
 // (bench/sweep_bench.h); rank 0 prints and writes PREFIX.json/.csv/.svg.
 #include <cstdio>
 #include <fstream>
@@ -30,6 +30,9 @@ void register_bench_sweep(CLI::App& bench) {
                   "params:optimizer[:grads] each device|host|nvme (comma-separated)")
       ->delimiter(',')
       ->capture_default_str();
+  cmd->add_flag("--both-orders", args->options.both_orders,
+               "run each placement with the optimizer off the device twice: overlapped and "
+               "serial (offload.overlap_optimizer true and false; row \"<placement> serial\")");
   cmd->add_option("--out", args->options.out_prefix, "write PREFIX.json, PREFIX.csv and PREFIX.svg");
   cmd->add_option("--io-bytes", args->io_bytes, "size of the NVMe rate measurement (0: skip)")
       ->capture_default_str();
@@ -58,11 +61,11 @@ void register_bench_sweep(CLI::App& bench) {
     }
     std::printf("strata bench sweep: %d rank(s); NVMe %.2f GB/s read, %.2f GB/s write (same run)\n",
                 j["ranks"].get<int>(), j["nvme_read_gbps"].get<double>(), j["nvme_write_gbps"].get<double>());
-    std::printf("%-16s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %7s %9s %9s  %s\n", "placement", "tok/s",
+    std::printf("%-20s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %7s %9s %9s  %s\n", "placement", "tok/s",
                 "step ms", "compute", "wait io", "wait comm", "optim", "device", "host", "nvme", "io bound",
                 "/bound", "predicted", "/pred", "predicted bottleneck");
     for (const auto& r : j["rows"]) {
-      std::printf("%-16s %9.0f %9.1f %9.1f %9.1f %9.1f %9.1f %9s %9s %9s %9.1f %7.2f %9.1f %9.2f  %s\n",
+      std::printf("%-20s %9.0f %9.1f %9.1f %9.1f %9.1f %9.1f %9s %9s %9s %9.1f %7.2f %9.1f %9.2f  %s\n",
                   r["placement"].get<std::string>().c_str(), r["tokens_per_s"].get<double>(),
                   r["step_ms"].get<double>(), r["time"]["compute_ms"].get<double>(),
                   r["time"]["wait_io_ms"].get<double>(), r["time"]["wait_comm_ms"].get<double>(),

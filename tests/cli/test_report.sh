@@ -4,7 +4,7 @@
 # and the CSV whole, with one row per run × step; bad input exits 1 with a message and leaves no
 # output behind.
 # `strata bench sweep --render` re-renders the sweep saved in bench/results through the same
-# chart code. Usage: test_report.sh STRATA SOURCE_DIR WORK_DIR
+# chart code; a live sweep with --both-orders runs a placement in both optimizer orders. Usage: test_report.sh STRATA SOURCE_DIR WORK_DIR
 set -u
 strata=$1
 src=$2
@@ -77,6 +77,23 @@ grep -q "device:device (params:optimizer)" "$work/sweep.svg" 2>/dev/null || fail
 tail -n 1 "$work/sweep.svg" 2>/dev/null | grep -qx "</svg>" || fail "sweep.svg does not end with </svg>"
 [ -s "$work/sweep.csv" ] || fail "sweep.csv is missing"
 expect_error "not the JSON of a sweep" bench sweep --render "$work/hand.jsonl" --out "$work/sweep2"
+
+# A live sweep of the small model with --both-orders: the placement whose optimizer is off the
+# device runs overlapped and serial, the all-device one once; every row says its order, and all
+# three end at the same loss to the bit (the engine's contract: same numbers in either order and
+# on any tier).
+timeout 300 "$strata" bench sweep --set model.dim=64 --set model.n_layers=2 --set model.n_heads=4 \
+  --set model.n_kv_heads=2 --set model.ffn_dim=128 --set data.seq_len=32 --set data.micro_batch=2 \
+  --set train.steps=3 --placements device:device,host:host --both-orders --io-bytes 0 \
+  --out "$work/live" >"$work/live.log" 2>&1 || fail "bench sweep --both-orders failed: $(tail -n 3 "$work/live.log")"
+cut -d, -f1 "$work/live.csv" 2>/dev/null | tr '\n' '|' | grep -qx "placement|device:device|host:host|host:host serial|" \
+  || fail "sweep rows: $(cut -d, -f1 "$work/live.csv" 2>/dev/null | tr '\n' '|')"
+head -n 1 "$work/live.csv" | grep -q ',overlap_optimizer$' || fail "no overlap_optimizer column: $(head -n 1 "$work/live.csv")"
+grep -q '^host:host,.*,true$' "$work/live.csv" || fail "the host:host row is not overlapped"
+grep -q '^host:host serial,.*,false$' "$work/live.csv" || fail "the host:host serial row is not serial"
+losses=$(grep -o '"loss_last": [-0-9.e+]*' "$work/live.json" | sort -u)
+[ "$(grep -c . <<<"$losses")" -eq 1 ] || fail "the rows end at different losses: $losses"
+[ "$(grep -c '"loss_last"' "$work/live.json")" -eq 3 ] || fail "live.json does not have 3 rows"
 
 if [ $failures -ne 0 ]; then
   echo "$failures check(s) failed"
