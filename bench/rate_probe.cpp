@@ -1,10 +1,13 @@
 // bench/rate_probe.cpp — the short measurements behind engine/step_model.h's rates.
 #include "bench/rate_probe.h"
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <ctime>
 #include <filesystem>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include <tbb/global_control.h>
@@ -13,8 +16,10 @@
 #include "bench/gemm_bench.h"
 #include "bench/gpu_bench.h"
 #include "bench/io_bench.h"
+#include "bench/stats.h"
 #include "core/error.h"
 #include "engine/rate_cache.h"
+#include "kernels/cpu/fast_ops.h"
 #include "kernels/device.h"
 #include "kernels/ops.h"
 
@@ -54,7 +59,83 @@ double copy_gbps(Stream& s, void* dst, const void* src, size_t bytes, double min
   return double(bytes) / best_seconds(s, min_seconds, [&] { s.copy(dst, src, bytes); }) / 1e9;
 }
 
+// strata's CPU GEMM looped on a thread of its own (its oneTBB tasks on every allowed thread)
+// from construction to destruction.
+class ComputeLoad {
+ public:
+  ComputeLoad(int rows, int in, int out)
+      : rows_(rows), in_(in), out_(out), a_(size_t(rows) * in, 0.01f),
+        w_(size_t(out) * in, 0.02f), y_(size_t(rows) * out) {
+    thread_ = std::thread([this] {
+      while (!stop_.load(std::memory_order_relaxed))
+        cpu::fast::linear_fwd(y_.data(), a_.data(), w_.data(), rows_, in_, out_);
+    });
+  }
+  ComputeLoad(const ComputeLoad&) = delete;
+  ComputeLoad& operator=(const ComputeLoad&) = delete;
+  ~ComputeLoad() {
+    stop_.store(true, std::memory_order_relaxed);
+    thread_.join();
+  }
+
+ private:
+  int rows_, in_, out_;
+  std::vector<float> a_, w_, y_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+// NVMe options of `c` over offload.nvme_path (its directories created, as the engine does).
+IoBenchOptions nvme_bench_options(const Config& c, uint64_t bytes) {
+  IoBenchOptions io;
+  for (const auto& d : c.offload.nvme_path) {
+    std::error_code ec;
+    std::filesystem::create_directories(d, ec);
+    io.dirs.push_back(d);
+  }
+  io.size_bytes = bytes;
+  io.block_bytes = c.io.block_size;
+  io.queue_depth = c.io.queue_depth;
+  io.backend = c.io.backend;
+  io.stripe_bytes = c.io.stripe_size;
+  return io;
+}
+
 }  // namespace
+
+nlohmann::json run_io_bench_beside_compute(const Config& c, const IoBenchOptions& io) {
+  const int rows = std::clamp(c.data.micro_batch * c.data.seq_len, 1, 4096);
+  const ComputeLoad load(rows, std::clamp(c.model.dim, 1, 8192),
+                         std::clamp(c.model.ffn_dim, 1, 8192));
+  return run_io_bench(io);
+}
+
+NvmeRates measure_nvme_rates(const Config& c, const IoBenchOptions& io, int rounds) {
+  STRATA_CHECK(rounds >= 1, "bench::rate_probe", "NVMe rounds ", rounds);
+  std::vector<double> read, write, read_busy, write_busy;
+  nlohmann::json passes = nlohmann::json::array();
+  for (int round = 0; round < rounds; ++round)
+    for (bool beside : {false, true}) {
+      nlohmann::json j = beside ? run_io_bench_beside_compute(c, io) : run_io_bench(io);
+      (beside ? read_busy : read).push_back(j.value("read_gbps", 0.0));
+      (beside ? write_busy : write).push_back(j.value("write_gbps", 0.0));
+      j["beside_compute"] = beside;
+      passes.push_back(std::move(j));
+    }
+  NvmeRates r;
+  r.read_gbps = median(read);
+  r.write_gbps = median(write);
+  r.read_busy_gbps = median(read_busy);
+  r.write_busy_gbps = median(write_busy);
+  r.report = {{"rounds", rounds},
+              {"bytes_per_pass", io.size_bytes},
+              {"read_gbps", r.read_gbps},
+              {"write_gbps", r.write_gbps},
+              {"read_busy_gbps", r.read_busy_gbps},
+              {"write_busy_gbps", r.write_busy_gbps},
+              {"passes", std::move(passes)}};
+  return r;
+}
 
 double measure_attention_flops(Device& dev, double min_seconds) {
   // A model's shape: 16 heads of 64 (dim 1024) over T tokens, batch B — 4 x 1024 on a GPU, whose
@@ -154,20 +235,11 @@ MachineRates probe_rates(const Config& c, const RateProbeOptions& o) {
   }
   r.nvme = nvme_filesystems(c.offload.nvme_path);
   if (!c.offload.nvme_path.empty() && o.io_bytes > 0) {
-    IoBenchOptions io;
-    for (const auto& d : c.offload.nvme_path) {
-      std::error_code ec;
-      std::filesystem::create_directories(d, ec);  // as the engine does
-      io.dirs.push_back(d);
-    }
-    io.size_bytes = o.io_bytes;
-    io.block_bytes = c.io.block_size;
-    io.queue_depth = c.io.queue_depth;
-    io.backend = c.io.backend;
-    io.stripe_bytes = c.io.stripe_size;
-    const nlohmann::json j = run_io_bench(io);
-    r.nvme_read_gbps = j.value("read_gbps", 0.0);
-    r.nvme_write_gbps = j.value("write_gbps", 0.0);
+    const NvmeRates n = measure_nvme_rates(c, nvme_bench_options(c, o.io_bytes), o.io_rounds);
+    r.nvme_read_gbps = n.read_gbps;
+    r.nvme_write_gbps = n.write_gbps;
+    r.nvme_read_busy_gbps = n.read_busy_gbps;
+    r.nvme_write_busy_gbps = n.write_busy_gbps;
   }
   r.measured_at = utc_now();
   r.source = "measured now";

@@ -3,7 +3,10 @@
 // CPU device, bench/gpu_bench.h's f32 GEMM on CUDA), the device's attention kernels (forward and
 // backward at a fixed shape), the CPU AdamW rate (bench/adam_bench.h on
 // 32M parameters), host ⇄ device copies (stream copies; on the CPU device they are host memory
-// copies), and NVMe read and write over offload.nvme_path (bench/io_bench.h, 256M by default).
+// copies), and NVMe read and write over offload.nvme_path (bench/io_bench.h, 256M by default),
+// once on an idle machine and once while every CPU thread computes the config's MLP
+// up-projection (a 2-core VM's virtio disk moved about half its idle rate beside memory-streaming
+// threads: bench/results/cpu-epyc-avx2-2core-2026-12-05-disk-under-load.md).
 // rates_for() reads them from the cache file (engine/rate_cache.h) or probes and stores them.
 // It does not predict anything.
 #pragma once
@@ -11,6 +14,9 @@
 #include <cstdint>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
+#include "bench/io_bench.h"
 #include "engine/config.h"
 #include "engine/step_model.h"
 
@@ -19,7 +25,8 @@ namespace strata {
 class Device;
 
 struct RateProbeOptions {
-  uint64_t io_bytes = 256ull << 20;  // NVMe bytes written, then read
+  uint64_t io_bytes = 256ull << 20;  // NVMe bytes written, then read, per pass
+  int io_rounds = 3;                 // pairs of NVMe passes, idle and beside compute
   double min_seconds = 0.3;          // per GEMM and copy measurement
   int threads = 0;                   // oneTBB threads of the CPU measurements; 0 = all
 };
@@ -27,6 +34,25 @@ struct RateProbeOptions {
 // FLOP/s of the device's causal attention, forward and backward, at a fixed model-like shape,
 // counted as LlamaModel::attention_flops_per_token counts them.
 double measure_attention_flops(Device& dev, double min_seconds);
+
+// bench/io_bench.h's pass over `io` while every CPU thread (the process's oneTBB limit) runs
+// strata's GEMM on the shape of the config's MLP up-projection over one micro-batch (rows
+// micro_batch × seq_len, at most 4096; dim and ffn_dim each at most 8192), as the CPU device's
+// passes do beside the engine's NVMe traffic. The load starts before the pass and stops after it.
+nlohmann::json run_io_bench_beside_compute(const Config& config, const IoBenchOptions& io);
+
+// The NVMe rates over `io` idle and beside compute: `rounds` pairs of passes of io.size_bytes
+// each, an idle pass then one beside compute, and the median of each rate. A virtual disk's rate
+// drifts by 2-3x within minutes (bench/results/cpu-epyc-avx2-2core-2026-12-05.md); alternating
+// keeps the two kinds in the same minutes, and the median drops a pass that caught a swing.
+struct NvmeRates {
+  double read_gbps = 0, write_gbps = 0;            // idle
+  double read_busy_gbps = 0, write_busy_gbps = 0;  // beside compute
+  // {"rounds", "bytes_per_pass", the four medians, "passes": [run_io_bench's JSON + the bool
+  // "beside_compute", in the order run]}
+  nlohmann::json report;
+};
+NvmeRates measure_nvme_rates(const Config& config, const IoBenchOptions& io, int rounds);
 
 // Whether train.device means the CUDA device here (cuda, or auto with one present).
 bool uses_cuda(const Config& config);

@@ -4,7 +4,10 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <vector>
+
+#include <tbb/global_control.h>
 
 #include "bench/comm_bench.h"
 #include "bench/io_bench.h"
@@ -81,7 +84,7 @@ nlohmann::json run_sweep(Communicator& world, const SweepOptions& o) {
     std::filesystem::create_directories(d, ec);  // as the engine does
   }
   nlohmann::json io = nullptr;
-  double read_gbps = 0, write_gbps = 0;
+  double read_gbps = 0, write_gbps = 0, read_busy_gbps = 0, write_busy_gbps = 0;
   if (any_nvme && o.io_bench_bytes > 0) {
     // Every rank measures at once, as they will share the disks during training.
     IoBenchOptions io_opt;
@@ -91,9 +94,18 @@ nlohmann::json run_sweep(Communicator& world, const SweepOptions& o) {
     io_opt.queue_depth = base.io.queue_depth;
     io_opt.backend = base.io.backend;
     io_opt.stripe_bytes = base.io.stripe_size;
-    io = run_io_bench(io_opt);
-    read_gbps = io.value("read_gbps", 0.0);
-    write_gbps = io.value("write_gbps", 0.0);
+    // Idle and beside compute on every thread the rows train with (the step model's rates for
+    // the NVMe traffic beside the CPU device's passes), alternating, kSweepIoRounds pairs.
+    std::unique_ptr<tbb::global_control> limit;
+    if (base.train.threads > 0)
+      limit = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism,
+                                                    size_t(base.train.threads));
+    const NvmeRates n = measure_nvme_rates(base, io_opt, kSweepIoRounds);
+    io = n.report;
+    read_gbps = n.read_gbps;
+    write_gbps = n.write_gbps;
+    read_busy_gbps = n.read_busy_gbps;
+    write_busy_gbps = n.write_busy_gbps;
   }
   // The step model's other rates, measured now by every rank at once (as the NVMe rate is), so
   // each is this rank's share and the model divides them by no one (ranks_here = 1).
@@ -103,6 +115,8 @@ nlohmann::json run_sweep(Communicator& world, const SweepOptions& o) {
   MachineRates rates = probe_rates(base, probe);
   rates.nvme_read_gbps = read_gbps;
   rates.nvme_write_gbps = write_gbps;
+  rates.nvme_read_busy_gbps = read_busy_gbps;
+  rates.nvme_write_busy_gbps = write_busy_gbps;
   // The data-parallel collectives' rate: an all-gather and a reduce-scatter of 64M, on the CPU
   // device only (bench comm runs MPI on host buffers, not NCCL). The median of five rounds of
   // eight calls each: one round's rate swung 0.45–1.9 GB/s between runs on a 2-core machine,

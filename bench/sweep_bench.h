@@ -23,13 +23,17 @@ namespace strata {
 
 class Communicator;
 
+inline constexpr int kSweepIoRounds = 3;
+
 struct SweepOptions {
   std::string config_path;
   std::vector<std::string> overrides;
   // "params:optimizer[:grads]" each device|host|nvme, e.g. "device:device", "host:nvme".
   std::vector<std::string> placements = {"device:device", "host:host", "host:nvme", "nvme:nvme"};
   std::string out_prefix;         // PREFIX.json, PREFIX.csv, PREFIX.svg (rank 0); empty = none
-  uint64_t io_bench_bytes = 1ull << 30;  // bytes of the NVMe rate measurement (0: skip)
+  // Bytes written and read by each pass of the NVMe rate measurement (0: skip): kSweepIoRounds
+  // pairs of passes, idle and beside compute (bench/rate_probe.h's measure_nvme_rates).
+  uint64_t io_bench_bytes = 1ull << 30;
   // Each placement whose optimizer is off the device runs twice, overlapped and serial
   // (offload.overlap_optimizer true, then false; the serial row is named "<placement> serial"),
   // in the same run: which order is faster depends on the machine (docs/tuning.md).

@@ -24,7 +24,8 @@ constexpr int kVersion = 1;
 // The rates a usable entry must have (> 0); the NVMe ones only where it names a file system.
 constexpr const char* kRates[] = {"gemm_flops",      "attention_flops", "adam_gbps",
                                   "device_mem_gbps", "h2d_gbps",        "d2h_gbps"};
-constexpr const char* kNvmeRates[] = {"nvme_read_gbps", "nvme_write_gbps"};
+constexpr const char* kNvmeRates[] = {"nvme_read_gbps", "nvme_write_gbps", "nvme_read_busy_gbps",
+                                      "nvme_write_busy_gbps"};
 
 // A damaged entry: --reprobe measures it again and replaces it (store_rates reads the rest).
 [[noreturn]] void corrupt(const std::string& path, const std::string& what) {
@@ -113,6 +114,8 @@ std::optional<MachineRates> load_rates(const std::string& path, const std::strin
   if (!e.is_object()) corrupt(path, str("the entry \"", key, "\" is not an object"));
   // An entry from a strata that did not measure attention yet: measured again, and replaced.
   if (!e.contains("attention_flops")) return std::nullopt;
+  // Or the NVMe rates beside compute: the same.
+  if (e.value("nvme", "") != "" && !e.contains(kNvmeRates[2])) return std::nullopt;
   auto rate = [&](const char* name, bool required) {
     if (!e.contains(name)) {
       if (required) corrupt(path, str("the entry \"", key, "\" has no ", name));
@@ -133,6 +136,8 @@ std::optional<MachineRates> load_rates(const std::string& path, const std::strin
   r.d2h_gbps = rate(kRates[5], true);
   r.nvme_read_gbps = rate(kNvmeRates[0], !r.nvme.empty());
   r.nvme_write_gbps = rate(kNvmeRates[1], !r.nvme.empty());
+  r.nvme_read_busy_gbps = rate(kNvmeRates[2], !r.nvme.empty());
+  r.nvme_write_busy_gbps = rate(kNvmeRates[3], !r.nvme.empty());
   r.comm_gbps = rate("comm_gbps", false);  // only a run with peers measures it
   if (!e.contains("cpu_threads") || !e["cpu_threads"].is_number_integer() || e["cpu_threads"].get<int64_t>() < 1 ||
       e["cpu_threads"].get<int64_t>() > 1 << 20)
@@ -158,6 +163,8 @@ void store_rates(const std::string& path, const std::string& key, const MachineR
   if (!r.nvme.empty()) {
     e["nvme_read_gbps"] = r.nvme_read_gbps;
     e["nvme_write_gbps"] = r.nvme_write_gbps;
+    e["nvme_read_busy_gbps"] = r.nvme_read_busy_gbps;
+    e["nvme_write_busy_gbps"] = r.nvme_write_busy_gbps;
   }
   j["machines"][key] = std::move(e);
   const std::filesystem::path dir = std::filesystem::path(path).parent_path();
@@ -173,7 +180,9 @@ nlohmann::json rates_json(const MachineRates& r) {
           {"nvme", r.nvme},           {"gemm_flops", r.gemm_flops},
           {"attention_flops", r.attention_flops}, {"adam_gbps", r.adam_gbps},
           {"device_mem_gbps", r.device_mem_gbps}, {"h2d_gbps", r.h2d_gbps}, {"d2h_gbps", r.d2h_gbps},
-          {"nvme_read_gbps", r.nvme_read_gbps}, {"nvme_write_gbps", r.nvme_write_gbps}, {"cpu_threads", r.cpu_threads},
+          {"nvme_read_gbps", r.nvme_read_gbps}, {"nvme_write_gbps", r.nvme_write_gbps},
+          {"nvme_read_busy_gbps", r.nvme_read_busy_gbps},
+          {"nvme_write_busy_gbps", r.nvme_write_busy_gbps}, {"cpu_threads", r.cpu_threads},
           {"comm_gbps", r.comm_gbps}};
 }
 

@@ -5,8 +5,9 @@
 // offload.nvme_path — so a change of GPU or disk probes again. Reading never guesses: a file that
 // is not JSON of this shape, or an entry with a missing or non-positive rate, is an Error naming
 // the file and the fix (a bad entry: --reprobe replaces it; a file that is not a rate cache:
-// delete it — it is never overwritten). Writing replaces the file atomically (a
-// temporary file, then rename). It does not measure anything (bench/rate_probe.h does).
+// delete it — it is never overwritten). An entry from an older strata, without the attention
+// rate or without the NVMe rates beside compute, is absent: measured again and replaced.
+// Writing replaces the file atomically (a temporary file, then rename). It does not measure anything (bench/rate_probe.h does).
 #pragma once
 
 #include <optional>

@@ -32,6 +32,14 @@ double transfer_ms(double bytes, double gbps, const char* rate) {
   return bytes / (gbps * 1e9) * 1e3;
 }
 
+// The window from the start of `cpu_ms` of compute until both it and a disk transfer that began
+// with it are done, when the transfer takes `busy_ms` at the disk's rate beside compute and
+// `idle_ms` alone: the busy rate while the CPU computes, the idle rate after.
+double beside_compute_ms(double cpu_ms, double busy_ms, double idle_ms) {
+  if (busy_ms <= cpu_ms) return cpu_ms;
+  return cpu_ms + (1 - cpu_ms / busy_ms) * idle_ms;
+}
+
 }  // namespace
 
 StepPrediction predict_step(const Config& c, int dp, const PlanMachine& machine,
@@ -61,6 +69,13 @@ StepPrediction predict_step(const Config& c, int dp, const PlanMachine& machine,
   const double h2d_gbps = rates.h2d_gbps * (cpu ? share : 1.0);
   const double d2h_gbps = rates.d2h_gbps * (cpu ? share : 1.0);
   const double read_gbps = rates.nvme_read_gbps * share, write_gbps = rates.nvme_write_gbps * share;
+  // On the CPU device the disk serves the passes beside compute on every core, at the rates
+  // measured so (when they were); a GPU's compute leaves the CPU, and the disk, alone.
+  auto busy = [&](double busy_gbps, double idle_gbps) {
+    return cpu && busy_gbps > 0 ? busy_gbps * share : idle_gbps;
+  };
+  const double read_busy_gbps = busy(rates.nvme_read_busy_gbps, read_gbps);
+  const double write_busy_gbps = busy(rates.nvme_write_busy_gbps, write_gbps);
 
   const int m = c.train.grad_accum;
   const double tokens = double(m) * c.data.micro_batch * c.data.seq_len;
@@ -135,8 +150,8 @@ StepPrediction predict_step(const Config& c, int dp, const PlanMachine& machine,
   // The passes: reads and copies run ahead of compute (offload.prefetch, zero.prefetch); so do
   // the collectives on a GPU. On the CPU device the collectives' and the host⇄device copies'
   // memcpys run on the compute's cores: they add to the pass (only the disk overlaps it).
-  const double fwd_read_ms = transfer_ms(fwd_read, read_gbps, "NVMe read");
-  const double bwd_read_ms = transfer_ms(bwd_read, read_gbps, "NVMe read");
+  const double fwd_read_ms = transfer_ms(fwd_read, read_busy_gbps, "NVMe read");
+  const double bwd_read_ms = transfer_ms(bwd_read, read_busy_gbps, "NVMe read");
   const double fwd_copy_ms = transfer_ms(fwd_h2d, h2d_gbps, "host-to-device copy");
   const double bwd_copy_ms = transfer_ms(bwd_h2d, h2d_gbps, "host-to-device copy") +
                              transfer_ms(bwd_d2h, d2h_gbps, "device-to-host copy");
@@ -146,7 +161,8 @@ StepPrediction predict_step(const Config& c, int dp, const PlanMachine& machine,
   // backward, beside its parameter reads, instead of after the norm (clipped) or at the end of
   // the backward (unclipped: the first units, which it finishes last).
   const double ahead_bytes = std::min(opt_read, double(read_ahead_bytes(model, pl)));
-  const double ahead_ms = transfer_ms(ahead_bytes, read_gbps, "NVMe read");
+  const double ahead_ms = transfer_ms(ahead_bytes, read_busy_gbps, "NVMe read");
+  const double ahead_idle_ms = transfer_ms(ahead_bytes, read_gbps, "NVMe read");
   p.forward_ms = std::max({fwd_busy, fwd_read_ms, cpu ? 0.0 : fwd_copy_ms});
   p.backward_ms = std::max({bwd_busy, bwd_read_ms + ahead_ms, cpu ? 0.0 : bwd_copy_ms});
 
@@ -155,6 +171,9 @@ StepPrediction predict_step(const Config& c, int dp, const PlanMachine& machine,
                              transfer_ms(opt_d2h, d2h_gbps, "device-to-host copy");
   const double opt_read_ms = transfer_ms(opt_read, read_gbps, "NVMe read");
   const double opt_io_ms = opt_read_ms + transfer_ms(opt_write, write_gbps, "NVMe write");
+  // The same beside compute (the overlapped orders on the CPU device).
+  const double opt_io_busy_ms = transfer_ms(opt_read, read_busy_gbps, "NVMe read") +
+                                transfer_ms(opt_write, write_busy_gbps, "NVMe write");
   double adam_ms = 0;
   std::string opt_kind;
   if (!offload_opt) {
@@ -180,25 +199,39 @@ StepPrediction predict_step(const Config& c, int dp, const PlanMachine& machine,
     // first: while the worker keeps up, the forward waits for their updates (on the CPU device
     // for their disk time; the AdamW is counted whole already). When the optimizer or the disk
     // is the bottleneck the worker never idles, and that wait is inside their time.
-    const double disk = fwd_read_ms + bwd_read_ms + opt_io_ms + opt_copy_ms;
+    // The disk's time at its idle rates, and at its rates beside compute (equal on a GPU).
+    const double disk = transfer_ms(fwd_read + bwd_read, read_gbps, "NVMe read") + opt_io_ms +
+                        opt_copy_ms;
+    const double disk_busy = fwd_read_ms + bwd_read_ms + opt_io_busy_ms + opt_copy_ms;
     double first = 0;  // their share of the states on NVMe (none when kept in host memory)
     const double nvme_states = std::max(shard - kept, 1.0);
     for (int u = optimizer_host_units(model, pl); u < std::min(2, model.num_units()); ++u)
       first += double(model.unit(u).layout.shard_numel()) / nvme_states;
     // What was read ahead of them (offload.optimizer_read_ahead) is off their disk time.
-    const double first_ahead_ms = std::min(first * opt_read_ms, ahead_ms);
+    const double first_ahead_ms = std::min(first * opt_read_ms, ahead_idle_ms);
     const double tail = cpu ? first * (opt_io_ms + opt_copy_ms) - first_ahead_ms
                             : first * (std::max(adam_ms, opt_io_ms - first_ahead_ms / std::max(first, 1e-12)) + opt_copy_ms);
-    const double step = cpu ? std::max(passes + adam_ms + opt_copy_ms + tail, disk)
+    // On the CPU device the disk runs at its busy rates while the cores compute, then at its
+    // idle ones; the first units' wait (tail) leaves the cores idle.
+    const double cores = passes + adam_ms + opt_copy_ms;
+    const double step = cpu ? std::max(beside_compute_ms(cores, disk_busy, disk), cores + tail)
                             : std::max({passes + tail, p.optimizer_ms, disk});
     p.exposed_optimizer_ms = step - passes;
   } else if (cpu) {
-    // The AdamW runs on the cores the forward computes on: only the disk time can hide. What
-    // was read ahead during the backward is off it.
-    const double window = std::max(p.forward_ms + adam_ms + opt_copy_ms, opt_io_ms - ahead_ms + opt_copy_ms);
+    // The AdamW runs on the cores the forward computes on: only the disk time can hide, at the
+    // disk's busy rates while the cores work and its idle ones after. What was read ahead during
+    // the backward is off it.
+    const double rest_read = opt_read - ahead_bytes;
+    const double io_idle = transfer_ms(rest_read, read_gbps, "NVMe read") +
+                           transfer_ms(opt_write, write_gbps, "NVMe write");
+    const double io_busy = transfer_ms(rest_read, read_busy_gbps, "NVMe read") +
+                           transfer_ms(opt_write, write_busy_gbps, "NVMe write");
+    const double cores = p.forward_ms + adam_ms + opt_copy_ms;
+    const double window =
+        std::max(beside_compute_ms(cores, io_busy, io_idle), io_idle + opt_copy_ms);
     p.exposed_optimizer_ms = window - p.forward_ms;
   } else {
-    const double after_norm = std::max(adam_ms, opt_io_ms - ahead_ms) + opt_copy_ms;
+    const double after_norm = std::max(adam_ms, opt_io_ms - ahead_idle_ms) + opt_copy_ms;
     p.exposed_optimizer_ms = std::max(0.0, after_norm - p.forward_ms);
   }
   p.step_ms = passes + p.exposed_optimizer_ms;

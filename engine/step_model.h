@@ -16,7 +16,8 @@
 //                 the recompute runs inside the backward's gather, so it reads no more bytes);
 //                 tensor and pipeline parallelism divide F evenly by tp × pp
 //   pass time   = max(compute of the pass, its collectives ÷ comm rate,
-//                     its NVMe parameter reads ÷ read rate,
+//                     its NVMe parameter reads ÷ read rate (on the CPU device the rate measured
+//                     beside compute, nvme_read_busy_gbps),
 //                     its host→device (and, in backward, gradient device→host) bytes ÷ copy rate)
 //                 on a GPU, which overlaps them; on the CPU device, whose cores do the
 //                 collectives' and the copies' memcpys, max(compute + collectives + copies,
@@ -30,13 +31,17 @@
 //                              + the refreshed compute copy ÷ copy rate (params on the device)
 //   step        = fwd + bwd + optimizer                         (device optimizer, or overlap off)
 //               = fwd + bwd + max(0, optimizer − fwd)           (offload.overlap_optimizer, GPU)
-//               = bwd + max(fwd + AdamW, optimizer NVMe time)   (overlap on the CPU device: the
-//                                                                 AdamW shares the compute cores)
+//               = bwd + beside(fwd + AdamW, optimizer NVMe time) (overlap on the CPU device:
+//                                                        the AdamW shares the compute cores)
+//   where beside(cores, disk) = the time until both are done when the disk moves its bytes at
+//   the busy rates while the cores compute and at the idle rates after (the CPU device only; a
+//   GPU's passes leave the CPU idle, and its disk at the idle rates). The serial optimizer phase
+//   runs at the idle rates: its AdamW is a few percent of the phase.
 //   unclipped (train.grad_clip = 0, overlap on: the updates run during the backward and the
 //   next forward), with disk = both passes' NVMe parameter reads + the optimizer's NVMe time +
 //   its copies:
 //   step        = max(fwd + bwd + first, optimizer, disk)       (GPU)
-//               = max(fwd + bwd + AdamW + first, disk)          (CPU device)
+//               = max(beside(fwd + bwd + AdamW, disk), fwd + bwd + AdamW + first)  (CPU)
 //   where first = the optimizer's time for the stage's first two units (on the CPU device its
 //   disk time only): the backward finishes them last and the next forward waits for them.
 //   offload.optimizer_read_ahead: its bytes (at most the states') are read during the backward
@@ -75,6 +80,10 @@ struct MachineRates {
   double d2h_gbps = 0;         // device → host copies
   double nvme_read_gbps = 0;   // over offload.nvme_path (bench/io_bench.h), 0 without one
   double nvme_write_gbps = 0;
+  // The same while every CPU thread computes (bench/rate_probe.h); the model charges the NVMe
+  // traffic that runs beside the CPU device's compute at these. 0: not measured, the idle rates.
+  double nvme_read_busy_gbps = 0;
+  double nvme_write_busy_gbps = 0;
   double comm_gbps = 0;        // data-parallel collectives: a 64M all-gather and reduce-scatter
                                // together, bytes (gathered / reduced) ÷ time; 0: not measured
   int cpu_threads = 0;         // oneTBB threads the CPU rates (GEMM on the CPU device, AdamW) used

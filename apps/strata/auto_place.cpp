@@ -28,8 +28,10 @@ std::string rates_text(const MachineRates& r) {
     t += line;
   }
   if (!r.nvme.empty()) {
-    std::snprintf(line, sizeof line, ", NVMe read %.2f GB/s, write %.2f GB/s (%s)", r.nvme_read_gbps,
-                  r.nvme_write_gbps, r.nvme.c_str());
+    std::snprintf(line, sizeof line,
+                  ", NVMe read %.2f GB/s, write %.2f GB/s (beside compute %.2f / %.2f) (%s)",
+                  r.nvme_read_gbps, r.nvme_write_gbps, r.nvme_read_busy_gbps,
+                  r.nvme_write_busy_gbps, r.nvme.c_str());
     t += line;
   }
   return t;

@@ -34,7 +34,9 @@ void register_bench_sweep(CLI::App& bench) {
                "run each placement with the optimizer off the device twice: overlapped and "
                "serial (offload.overlap_optimizer true and false; row \"<placement> serial\")");
   cmd->add_option("--out", args->options.out_prefix, "write PREFIX.json, PREFIX.csv and PREFIX.svg");
-  cmd->add_option("--io-bytes", args->io_bytes, "size of the NVMe rate measurement (0: skip)")
+  cmd->add_option("--io-bytes", args->io_bytes,
+                  "bytes of each pass of the NVMe rate measurement: 3 pairs of passes, idle and "
+                  "beside compute (0: skip)")
       ->capture_default_str();
   cmd->add_option("--render", args->render, "re-render a saved PREFIX.json as CSV and SVG under --out");
   cmd->add_flag("--json", args->json, "print one JSON object on stdout");
@@ -59,8 +61,12 @@ void register_bench_sweep(CLI::App& bench) {
       std::printf("%s\n", j.dump().c_str());
       return;
     }
-    std::printf("strata bench sweep: %d rank(s); NVMe %.2f GB/s read, %.2f GB/s write (same run)\n",
-                j["ranks"].get<int>(), j["nvme_read_gbps"].get<double>(), j["nvme_write_gbps"].get<double>());
+    const auto& rates = j["rates"];
+    std::printf("strata bench sweep: %d rank(s); NVMe %.2f GB/s read, %.2f GB/s write; beside "
+                "compute %.2f / %.2f (same run)\n",
+                j["ranks"].get<int>(), j["nvme_read_gbps"].get<double>(),
+                j["nvme_write_gbps"].get<double>(), rates.value("nvme_read_busy_gbps", 0.0),
+                rates.value("nvme_write_busy_gbps", 0.0));
     std::printf("%-20s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %7s %9s %9s  %s\n", "placement", "tok/s",
                 "step ms", "compute", "wait io", "wait comm", "optim", "device", "host", "nvme", "io bound",
                 "/bound", "predicted", "/pred", "predicted bottleneck");

@@ -66,8 +66,10 @@ fi
 # copies at 1 MB/s as well and 105M of device memory, params=device grads=host optimizer=host
 # copies least (the refreshed compute copy once per step, against every gather's copy with the
 # params on the host).
-sed -E -i 's/"nvme_(read|write)_gbps": *[0-9.eE+-]+/"nvme_\1_gbps": 0.001/' "$rates"
-grep -q '"nvme_read_gbps": *0.001' "$rates" || fail "could not edit the NVMe rates of $rates: $(cat "$rates")"
+# (idle and beside compute alike)
+sed -E -i 's/"nvme_(read|write)(_busy)?_gbps": *[0-9.eE+-]+/"nvme_\1\2_gbps": 0.001/' "$rates"
+grep -q '"nvme_read_busy_gbps": *0.001' "$rates" && grep -q '"nvme_read_gbps": *0.001' "$rates" ||
+  fail "could not edit the NVMe rates of $rates: $(cat "$rates")"
 "$strata" "${train[@]}" "${common[@]}" "${autos[@]}" --set train.steps=1 >"$work/slow_disk.log" 2>&1 ||
   fail "strata train with a slow disk failed: $(tail -n 3 "$work/slow_disk.log")"
 slow_choice=$(chosen_by_train "$work/slow_disk.log")

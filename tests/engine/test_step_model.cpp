@@ -32,6 +32,8 @@ MachineRates rates() {
   r.d2h_gbps = 20;
   r.nvme_read_gbps = 2;
   r.nvme_write_gbps = 1.5;
+  r.nvme_read_busy_gbps = 2;  // as fast beside compute: the tests below that need slower set it
+  r.nvme_write_busy_gbps = 1.5;
   r.cpu_threads = 2;
   r.measured_at = "2026-12-01T17:00:00Z";
   return r;
@@ -480,6 +482,49 @@ TEST(StepModel, CollectivesWithAMeasuredRate) {
   EXPECT_EQ(predict_step(c, 2, cpu, r).bottleneck, "communication");
 }
 
+// On the CPU device the disk serves the passes and the overlapped optimizer beside compute, at
+// the rates measured so; alone (the serial optimizer phase) at its idle rates. A GPU's passes
+// leave the CPU idle: its predictions ignore the busy rates.
+TEST(StepModel, TheDiskBesideTheCpuDevicesComputeRunsAtItsBusyRate) {
+  const std::string dir = scratch_dir();
+  PlanMachine cpu = gpu_machine();
+  cpu.device_is_host_memory = true;
+  MachineRates idle = rates();
+  idle.nvme_read_gbps = idle.nvme_read_busy_gbps = 0.05;  // the disk matters
+  idle.nvme_write_gbps = idle.nvme_write_busy_gbps = 0.04;
+  idle.gemm_flops = idle.attention_flops = 1e9;  // compute about as long as the disk's traffic
+  MachineRates unmeasured = idle;  // 0: not measured, the idle rates
+  unmeasured.nvme_read_busy_gbps = unmeasured.nvme_write_busy_gbps = 0;
+  MachineRates busy = idle;  // half as fast beside compute
+  busy.nvme_read_busy_gbps /= 2;
+  busy.nvme_write_busy_gbps /= 2;
+  MachineRates half = busy;  // half as fast always
+  half.nvme_read_gbps /= 2;
+  half.nvme_write_gbps /= 2;
+  for (Tier params : {Tier::host, Tier::nvme})
+    for (float clip : {1.0f, 0.0f})
+      for (bool overlap : {false, true}) {
+        Config c = placed(small(dir), params, Tier::nvme);
+        c.train.grad_clip = clip;
+        c.offload.overlap_optimizer = overlap;
+        SCOPED_TRACE(str("params ", tier_name(params), " clip ", clip, " overlap ", overlap));
+        const StepPrediction pi = predict_step(c, 1, cpu, idle), pb = predict_step(c, 1, cpu, busy);
+        const double i = pi.step_ms, b = pb.step_ms, h = predict_step(c, 1, cpu, half).step_ms;
+        EXPECT_EQ(predict_step(c, 1, cpu, unmeasured).step_ms, i);
+        EXPECT_EQ(predict_step(c, 1, gpu_machine(), busy).step_ms,
+                  predict_step(c, 1, gpu_machine(), idle).step_ms);
+        EXPECT_LE(b, h);  // the busy rate for part of the time at most
+        EXPECT_GT(h, i * 1.01);
+        // The parameter reads run beside the passes' compute; the serial optimizer phase alone.
+        if (params == Tier::nvme) EXPECT_GT(pb.nvme_ms, pi.nvme_ms);
+        else EXPECT_EQ(pb.nvme_ms, pi.nvme_ms);
+        EXPECT_EQ(pb.optimizer_ms, pi.optimizer_ms);
+        if (overlap) EXPECT_GT(b, i * 1.01);  // the optimizer's traffic beside compute
+        else if (params == Tier::host) EXPECT_EQ(b, i);
+        else EXPECT_GE(b, i);  // (the passes here are compute-bound)
+      }
+}
+
 TEST(StepModel, UnresolvedAutoIsNeverAllocated) {
   Config c = small("");
   c.offload.optimizer.automatic = true;
@@ -500,6 +545,8 @@ TEST(RateCache, RoundTrip) {
   EXPECT_EQ(back->gemm_flops, 100e9);
   EXPECT_EQ(back->nvme_read_gbps, 2);
   EXPECT_EQ(back->nvme_write_gbps, 1.5);
+  EXPECT_EQ(back->nvme_read_busy_gbps, 2);
+  EXPECT_EQ(back->nvme_write_busy_gbps, 1.5);
   EXPECT_EQ(back->cpu_threads, 2);
   EXPECT_EQ(back->measured_at, "2026-12-01T17:00:00Z");
   EXPECT_EQ(back->source, path);
@@ -542,4 +589,26 @@ TEST(RateCache, EntryWithoutTheAttentionRateIsMeasuredAgain) {
   store_rates(path, key, rates());
   ASSERT_TRUE(load_rates(path, key).has_value());
   EXPECT_EQ(load_rates(path, key)->attention_flops, 100e9);
+}
+
+// Nor the NVMe rates beside compute: an entry from before they were measured is measured again.
+TEST(RateCache, EntryWithoutTheBusyNvmeRatesIsMeasuredAgain) {
+  const std::string path = scratch_dir() + "/rates.json";
+  const std::string key = rate_cache_key("test gpu", "259:1 /mnt (ext4)");
+  store_rates(path, key, rates());
+  std::string text = strata::test::read_bytes(path);
+  for (const char* name : {"\"nvme_read_busy_gbps\"", "\"nvme_write_busy_gbps\""}) {
+    const size_t at = text.find(name);
+    ASSERT_NE(at, std::string::npos) << name;
+    text.erase(at, text.find('\n', at) + 1 - at);
+  }
+  // (Neither is the entry's last member, whose line has no comma: the JSON stays valid.)
+  write_bytes(path, text);
+  EXPECT_FALSE(load_rates(path, key).has_value()) << text;
+  // Without an NVMe path the entry has no NVMe rates to miss.
+  const std::string plain = rate_cache_key("test gpu", "");
+  MachineRates r = rates();
+  r.nvme.clear();
+  store_rates(path, plain, r);
+  EXPECT_TRUE(load_rates(path, plain).has_value());
 }
