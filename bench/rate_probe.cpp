@@ -85,7 +85,8 @@ class ComputeLoad {
   std::thread thread_;
 };
 
-// NVMe options of `c` over offload.nvme_path (its directories created, as the engine does).
+}  // namespace
+
 IoBenchOptions nvme_bench_options(const Config& c, uint64_t bytes) {
   IoBenchOptions io;
   for (const auto& d : c.offload.nvme_path) {
@@ -100,8 +101,6 @@ IoBenchOptions nvme_bench_options(const Config& c, uint64_t bytes) {
   io.stripe_bytes = c.io.stripe_size;
   return io;
 }
-
-}  // namespace
 
 nlohmann::json run_io_bench_beside_compute(const Config& c, const IoBenchOptions& io) {
   const int rows = std::clamp(c.data.micro_batch * c.data.seq_len, 1, 4096);

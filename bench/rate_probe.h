@@ -35,6 +35,10 @@ struct RateProbeOptions {
 // counted as LlamaModel::attention_flops_per_token counts them.
 double measure_attention_flops(Device& dev, double min_seconds);
 
+// bench/io_bench.h's options for `config`'s offload.nvme_path and io.* (block size, queue depth,
+// backend, stripe), `bytes` per pass; creates the directories, as the engine does.
+IoBenchOptions nvme_bench_options(const Config& config, uint64_t bytes);
+
 // bench/io_bench.h's pass over `io` while every CPU thread (the process's oneTBB limit) runs
 // strata's GEMM on the shape of the config's MLP up-projection over one micro-batch (rows
 // micro_batch × seq_len, at most 4096; dim and ffn_dim each at most 8192), as the CPU device's

@@ -83,29 +83,16 @@ nlohmann::json run_sweep(Communicator& world, const SweepOptions& o) {
     std::error_code ec;
     std::filesystem::create_directories(d, ec);  // as the engine does
   }
-  nlohmann::json io = nullptr;
-  double read_gbps = 0, write_gbps = 0, read_busy_gbps = 0, write_busy_gbps = 0;
+  NvmeRates nvme;  // zero (and a null report) when not measured
   if (any_nvme && o.io_bench_bytes > 0) {
-    // Every rank measures at once, as they will share the disks during training.
-    IoBenchOptions io_opt;
-    for (const auto& d : base.offload.nvme_path) io_opt.dirs.push_back(d);
-    io_opt.size_bytes = o.io_bench_bytes;
-    io_opt.block_bytes = base.io.block_size;
-    io_opt.queue_depth = base.io.queue_depth;
-    io_opt.backend = base.io.backend;
-    io_opt.stripe_bytes = base.io.stripe_size;
-    // Idle and beside compute on every thread the rows train with (the step model's rates for
-    // the NVMe traffic beside the CPU device's passes), alternating, kSweepIoRounds pairs.
+    // Every rank measures at once, as they will share the disks during training: idle and
+    // beside compute on every thread the rows train with (the step model's rates for the NVMe
+    // traffic beside the CPU device's passes), alternating, kSweepIoRounds pairs.
     std::unique_ptr<tbb::global_control> limit;
     if (base.train.threads > 0)
       limit = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism,
                                                     size_t(base.train.threads));
-    const NvmeRates n = measure_nvme_rates(base, io_opt, kSweepIoRounds);
-    io = n.report;
-    read_gbps = n.read_gbps;
-    write_gbps = n.write_gbps;
-    read_busy_gbps = n.read_busy_gbps;
-    write_busy_gbps = n.write_busy_gbps;
+    nvme = measure_nvme_rates(base, nvme_bench_options(base, o.io_bench_bytes), kSweepIoRounds);
   }
   // The step model's other rates, measured now by every rank at once (as the NVMe rate is), so
   // each is this rank's share and the model divides them by no one (ranks_here = 1).
@@ -113,10 +100,10 @@ nlohmann::json run_sweep(Communicator& world, const SweepOptions& o) {
   probe.io_bytes = 0;  // the NVMe rates are the ones above
   probe.threads = base.train.threads;  // as the rows will train
   MachineRates rates = probe_rates(base, probe);
-  rates.nvme_read_gbps = read_gbps;
-  rates.nvme_write_gbps = write_gbps;
-  rates.nvme_read_busy_gbps = read_busy_gbps;
-  rates.nvme_write_busy_gbps = write_busy_gbps;
+  rates.nvme_read_gbps = nvme.read_gbps;
+  rates.nvme_write_gbps = nvme.write_gbps;
+  rates.nvme_read_busy_gbps = nvme.read_busy_gbps;
+  rates.nvme_write_busy_gbps = nvme.write_busy_gbps;
   // The data-parallel collectives' rate: an all-gather and a reduce-scatter of 64M, on the CPU
   // device only (bench comm runs MPI on host buffers, not NCCL). The median of five rounds of
   // eight calls each: one round's rate swung 0.45–1.9 GB/s between runs on a 2-core machine,
@@ -201,8 +188,9 @@ nlohmann::json run_sweep(Communicator& world, const SweepOptions& o) {
     }
     const StepPrediction pred = predict_step(c, dp, model_machine, rates);
     const double nvme_bytes = mean(nr) + mean(nw);
-    const double io_ms = (read_gbps > 0 && write_gbps > 0)
-                             ? (mean(nr) / (read_gbps * 1e9) + mean(nw) / (write_gbps * 1e9)) * 1e3
+    const double io_ms =
+        (nvme.read_gbps > 0 && nvme.write_gbps > 0)
+            ? (mean(nr) / (nvme.read_gbps * 1e9) + mean(nw) / (nvme.write_gbps * 1e9)) * 1e3
                              : 0.0;
     rows.push_back({{"placement", run.name},
                     {"params", tier_name(p.params)},
@@ -246,9 +234,9 @@ nlohmann::json run_sweep(Communicator& world, const SweepOptions& o) {
   }
   nlohmann::json out = {{"config", config_to_json(base)},
                         {"ranks", world.size()},
-                        {"io_bench", io},
-                        {"nvme_read_gbps", read_gbps},
-                        {"nvme_write_gbps", write_gbps},
+                        {"io_bench", nvme.report},
+                        {"nvme_read_gbps", nvme.read_gbps},
+                        {"nvme_write_gbps", nvme.write_gbps},
                         {"rates", rates_json(rates)},
                         {"compute_bound_ms", compute_bound},
                         {"rows", rows}};
