@@ -20,6 +20,7 @@ struct Span {
   std::string name;
   int64_t start_us;
   int64_t dur_us;
+  int64_t bytes;  // -1: none
 };
 
 struct Store {
@@ -59,13 +60,27 @@ int64_t trace_now_us() {
   return duration_cast<microseconds>(steady_clock::now().time_since_epoch()).count();
 }
 
-void trace_span(std::string_view track, std::string_view name, int64_t start_us, int64_t dur_us) {
+namespace {
+
+void record(std::string_view track, std::string_view name, int64_t start_us, int64_t dur_us,
+            int64_t bytes) {
   if (!trace_enabled()) return;
   Store& s = store();
   std::lock_guard<std::mutex> lock(s.m);
   auto it = s.tracks.find(track);
   if (it == s.tracks.end()) it = s.tracks.emplace(std::string(track), int(s.tracks.size()) + 1).first;
-  s.spans.push_back(Span{it->second, std::string(name), start_us, dur_us});
+  s.spans.push_back(Span{it->second, std::string(name), start_us, dur_us, bytes});
+}
+
+}  // namespace
+
+void trace_span(std::string_view track, std::string_view name, int64_t start_us, int64_t dur_us) {
+  record(track, name, start_us, dur_us, -1);
+}
+
+void trace_span(std::string_view track, std::string_view name, int64_t start_us, int64_t dur_us,
+                uint64_t bytes) {
+  record(track, name, start_us, dur_us, int64_t(bytes));
 }
 
 void trace_clear() {
@@ -99,7 +114,7 @@ void trace_write(const std::string& path, int pid) {
       out += str("{\"ph\":\"X\",\"pid\":", pid, ",\"tid\":", sp->track, ",\"ts\":", sp->start_us - t0,
                  ",\"dur\":", sp->dur_us, ",\"name\":\"");
       json_escape(out, sp->name);
-      out += "\"}";
+      out += sp->bytes >= 0 ? str("\",\"args\":{\"bytes\":", sp->bytes, "}}") : std::string("\"}");
     }
   }
   out += "\n]}\n";

@@ -744,7 +744,7 @@ void FileIO::end_busy_span() {
   int64_t now = trace_now_us();
   const char* kind = st.busy_read && st.busy_write ? "read+write" : st.busy_read ? "read" : "write";
   trace_span(st.track, str(kind, " ", format_bytes(st.busy_bytes), " in ", st.busy_chunks, " chunks"),
-             st.busy_since, now - st.busy_since);
+             st.busy_since, now - st.busy_since, st.busy_bytes);
   st.busy_since = -1;
   st.busy_chunks = st.busy_bytes = 0;
   st.busy_read = st.busy_write = false;

@@ -269,7 +269,7 @@ void Swapper::finish(const std::vector<IoCompletion>& completions) {
     if (j.submitted_us && trace_enabled())
       trace_span(j.write_bytes ? "nvme write" : "nvme read",
                  str(j.write_bytes ? "write " : "read ", format_bytes(j.read_bytes + j.write_bytes)),
-                 j.submitted_us, trace_now_us() - j.submitted_us);
+                 j.submitted_us, trace_now_us() - j.submitted_us, j.read_bytes + j.write_bytes);
     stats_.read_bytes += j.read_bytes;
     stats_.write_bytes += j.write_bytes;
     finished_.insert(c.tag);

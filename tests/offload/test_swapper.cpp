@@ -8,8 +8,12 @@
 // under test::within, so a regression fails in seconds instead of stalling CTest.
 #include <chrono>
 #include <cmath>
+#include <fstream>
 #include <functional>
+#include <map>
 #include <thread>
+
+#include <nlohmann/json.hpp>
 
 #include "core/size.h"
 #include "core/trace.h"
@@ -101,8 +105,25 @@ TEST_P(SwapperTest, JobsRoundTripTheRightBytes) {
   std::vector<Swapper::Ticket> reads;
   for (int i = 0; i < n; i += 2) reads.push_back(swapper_->submit(job(IoOp::read, in, i, 2)));
   within(10, [&] { swapper_->wait_all(); });
+  // Each job's span carries the bytes it moved, on the track of its direction.
+  const std::string trace = test::fresh_work_dir() + "/swapper.trace.json";
+  trace_write(trace);
   trace_enable(false);
   trace_clear();
+  std::ifstream f(trace);
+  const auto events = nlohmann::json::parse(f).at("traceEvents");
+  std::map<int, std::string> track;
+  for (const auto& e : events)
+    if (e.at("ph") == "M") track[e.at("tid").get<int>()] = e.at("args").at("name").get<std::string>();
+  std::map<std::string, std::pair<int, uint64_t>> moved;  // spans and bytes per NVMe track
+  for (const auto& e : events) {
+    if (e.at("ph") != "X") continue;
+    auto& [spans, bytes] = moved[track.at(e.at("tid").get<int>())];
+    ++spans;
+    bytes += e.at("args").at("bytes").get<uint64_t>();
+  }
+  EXPECT_EQ(moved["nvme write"], std::make_pair(int(writes.size()), uint64_t(n) * kBlock));
+  EXPECT_EQ(moved["nvme read"], std::make_pair(int(reads.size()), uint64_t(n) * kBlock));
   EXPECT_EQ(check_pattern(in.data(), in.size(), 61, 0), -1);
   SwapperStats s = swapper_->take_stats();
   EXPECT_EQ(s.write_bytes, n * kBlock);
