@@ -73,7 +73,7 @@ struct Phase {
 // never leaves the queue short (sequential neighbours often complete together, merged).
 Phase run_phase(FileIO& io, const SwapSpace& space, IoOp op, uint64_t nblocks, uint64_t block,
                 int depth, std::vector<std::byte*>& buffers, const Pattern& pattern,
-                double max_seconds) {
+                double max_seconds, const IoBenchOptions& o) {
   const SwapExtent& extent = space.extent("bench");
   Phase phase;
   std::vector<uint32_t> free_buffers;
@@ -109,6 +109,8 @@ Phase run_phase(FileIO& io, const SwapSpace& space, IoOp op, uint64_t nblocks, u
     refill();
     for (const IoCompletion& c : done) {
       uint32_t b = uint32_t(c.tag & 0xffff);
+      if (op == IoOp::read && (c.tag >> 16) == o.test_corrupt_block)
+        buffers[b][o.test_corrupt_byte % block] ^= std::byte{1};
       if (op == IoOp::read)
         phase.wrong += pattern.count_wrong(buffers[b], block, (c.tag >> 16) * block);
       phase.bytes += c.bytes;
@@ -172,9 +174,9 @@ nlohmann::json run_io_bench(const IoBenchOptions& o) {
   Pattern pattern(std::random_device{}() ^ uint64_t(std::chrono::steady_clock::now().time_since_epoch().count()));
   pattern.prepare(staging.data(), staging.size());
   Phase w = run_phase(*io, space, IoOp::write, nblocks, o.block_bytes, o.queue_depth, buffers,
-                      pattern, o.max_seconds);
+                      pattern, o.max_seconds, o);
   Phase r = run_phase(*io, space, IoOp::read, w.requests, o.block_bytes, o.queue_depth, buffers,
-                      pattern, o.max_seconds);
+                      pattern, o.max_seconds, o);
   const IoStats& s = io->stats();
 
   nlohmann::json j;

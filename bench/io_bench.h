@@ -31,6 +31,10 @@ struct IoBenchOptions {
   // else transparent huge pages, else 4K), "thp" (skip hugetlb) or "none" (4K pages).
   std::string pages = "auto";
   bool register_buffers = true;        // register the staging memory with io_uring (fixed buffers)
+  // Tests only: flips one byte of this block's buffer after it is read back, before its check
+  // (the check must count that sector wrong). UINT64_MAX: none.
+  uint64_t test_corrupt_block = UINT64_MAX;
+  uint64_t test_corrupt_byte = 0;      // offset of the flipped byte within the block
 };
 
 // One write + read pass. Throws strata::Error on I/O errors; a non-zero `wrong` is reported,
