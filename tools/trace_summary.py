@@ -20,18 +20,20 @@ import statistics
 import sys
 
 
+def merged(intervals):
+    """The union of [a, b) intervals as disjoint sorted intervals."""
+    out = []
+    for a, b in sorted(intervals):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return out
+
+
 def union_us(spans):
     """Length of the union of [ts, ts + dur) over spans, in microseconds."""
-    total, end = 0, None
-    for e in sorted(spans, key=lambda e: e["ts"]):
-        a, b = e["ts"], e["ts"] + e["dur"]
-        if end is None or a > end:
-            total += b - a
-            end = b
-        elif b > end:
-            total += b - end
-            end = b
-    return total
+    return sum(b - a for a, b in merged((e["ts"], e["ts"] + e["dur"]) for e in spans))
 
 
 def disk(events, names, t0, t1, bin_s):
@@ -87,17 +89,6 @@ def disk(events, names, t0, t1, bin_s):
                   f"read {r / 1e9:6.3f} GB  written {w / 1e9:6.3f} GB  {gbps:5.2f} GB/s")
 
 
-def merged(intervals):
-    """The union of [a, b) intervals as disjoint sorted intervals."""
-    out = []
-    for a, b in sorted(intervals):
-        if out and a <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], b)
-        else:
-            out.append([a, b])
-    return out
-
-
 def summarize(path, bin_s=None):
     with open(path) as f:
         events = json.load(f)["traceEvents"]
@@ -124,14 +115,13 @@ if __name__ == "__main__":
     args, bin_s = sys.argv[1:], None
     if args and args[0] == "--disk":
         args, bin_s = args[1:], 1.0
-        if args and not args[0].endswith(".json") and not args[0].startswith("-"):
-            try:
-                bin_s = float(args[0])
-            except ValueError:
-                sys.exit(f"trace_summary: --disk takes a bin width in seconds, not '{args[0]}'")
-            if bin_s <= 0:
-                sys.exit(f"trace_summary: the bin width must be positive, not {args[0]}")
+        try:  # an optional bin width; anything else is the first trace (TRACE.json.rank1 too)
+            bin_s = float(args[0]) if args else bin_s
             args = args[1:]
+        except ValueError:
+            pass
+        if bin_s <= 0:
+            sys.exit(f"trace_summary: the --disk bin width must be positive, not {bin_s:g}")
     if not args:
         sys.exit(__doc__)
     for p in args:
