@@ -67,13 +67,16 @@ struct Phase {
   uint64_t wrong = 0;
 };
 
-// Moves blocks [0, nblocks) of the extent (or fewer if max_seconds runs out), keeping
-// queue_depth requests in flight. There are spare buffers beyond the depth: completed reads are
-// replaced first and checked after, and each checked buffer goes straight back out, so checking
-// never leaves the queue short (sequential neighbours often complete together, merged).
-Phase run_phase(FileIO& io, const SwapSpace& space, IoOp op, uint64_t nblocks, uint64_t block,
-                int depth, std::vector<std::byte*>& buffers, const Pattern& pattern,
-                double max_seconds, const IoBenchOptions& o) {
+// Moves blocks [0, nblocks) of the extent (or fewer if o.max_seconds runs out), keeping
+// o.queue_depth requests of o.block_bytes in flight. There are spare buffers beyond the depth:
+// completed reads are replaced first and checked after, and each checked buffer goes straight
+// back out, so checking never leaves the queue short (sequential neighbours often complete
+// together, merged).
+Phase run_phase(FileIO& io, const SwapSpace& space, IoOp op, uint64_t nblocks,
+                std::vector<std::byte*>& buffers, const Pattern& pattern, const IoBenchOptions& o) {
+  const uint64_t block = o.block_bytes;
+  const int depth = o.queue_depth;
+  const double max_seconds = o.max_seconds;
   const SwapExtent& extent = space.extent("bench");
   Phase phase;
   std::vector<uint32_t> free_buffers;
@@ -173,10 +176,8 @@ nlohmann::json run_io_bench(const IoBenchOptions& o) {
 
   Pattern pattern(std::random_device{}() ^ uint64_t(std::chrono::steady_clock::now().time_since_epoch().count()));
   pattern.prepare(staging.data(), staging.size());
-  Phase w = run_phase(*io, space, IoOp::write, nblocks, o.block_bytes, o.queue_depth, buffers,
-                      pattern, o.max_seconds, o);
-  Phase r = run_phase(*io, space, IoOp::read, w.requests, o.block_bytes, o.queue_depth, buffers,
-                      pattern, o.max_seconds, o);
+  Phase w = run_phase(*io, space, IoOp::write, nblocks, buffers, pattern, o);
+  Phase r = run_phase(*io, space, IoOp::read, w.requests, buffers, pattern, o);
   const IoStats& s = io->stats();
 
   nlohmann::json j;

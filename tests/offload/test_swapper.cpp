@@ -114,7 +114,8 @@ TEST_P(SwapperTest, JobsRoundTripTheRightBytes) {
   const auto events = nlohmann::json::parse(f).at("traceEvents");
   std::map<int, std::string> track;
   for (const auto& e : events)
-    if (e.at("ph") == "M") track[e.at("tid").get<int>()] = e.at("args").at("name").get<std::string>();
+    if (e.at("ph") == "M")
+      track[e.at("tid").get<int>()] = e.at("args").at("name").get<std::string>();
   std::map<std::string, std::pair<int, uint64_t>> moved;  // spans and bytes per NVMe track
   for (const auto& e : events) {
     if (e.at("ph") != "X") continue;
