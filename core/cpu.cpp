@@ -2,6 +2,7 @@
 #include "core/cpu.h"
 
 #include <sched.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -127,5 +128,55 @@ uint64_t physical_memory_bytes() { return meminfo_kb("MemTotal") * 1024; }
 uint64_t available_memory_bytes() { return meminfo_kb("MemAvailable") * 1024; }
 uint64_t current_rss_bytes() { return status_kb("VmRSS") * 1024; }
 uint64_t peak_rss_bytes() { return status_kb("VmHWM") * 1024; }
+
+CpuTimes CpuTimes::operator-(const CpuTimes& e) const {
+  CpuTimes d;
+  d.busy_s = busy_s - e.busy_s;
+  d.idle_s = idle_s - e.idle_s;
+  d.steal_s = steal_s - e.steal_s;
+  d.process_s = process_s - e.process_s;
+  d.machine = machine && e.machine;
+  return d;
+}
+
+CpuTimes parse_proc_stat(const std::string& text) {
+  CpuTimes t;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("cpu ", 0) != 0) continue;
+    // user nice system idle iowait irq softirq steal [guest guest_nice: already in user, nice]
+    std::istringstream f(line.substr(4));
+    double v[8] = {};
+    int n = 0;
+    while (n < 8 && (f >> v[n])) ++n;
+    if (n < 4) return t;  // not the format documented in proc(5)
+    static const double hz = [] {
+      const long h = sysconf(_SC_CLK_TCK);
+      return h > 0 ? double(h) : 100.0;
+    }();
+    t.busy_s = (v[0] + v[1] + v[2] + v[5] + v[6]) / hz;
+    t.idle_s = (v[3] + v[4]) / hz;
+    t.steal_s = v[7] / hz;
+    t.machine = true;
+    return t;
+  }
+  return t;
+}
+
+CpuTimes cpu_times() {
+  CpuTimes t;
+  std::ifstream f("/proc/stat");
+  if (f) {
+    std::string first;
+    std::getline(f, first);
+    t = parse_proc_stat(first);
+  }
+  rusage u{};
+  if (getrusage(RUSAGE_SELF, &u) == 0)
+    t.process_s = double(u.ru_utime.tv_sec) + double(u.ru_stime.tv_sec) +
+                  1e-6 * double(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+  return t;
+}
 
 }  // namespace strata

@@ -2,7 +2,7 @@
 //
 // An ISA counts as present only when both the CPU reports it and the OS saves its register state
 // (XCR0), so a kernel chosen from these flags never faults. Also: the model name, the number of
-// hardware threads, and the machine's RAM.
+// hardware threads, the machine's RAM, and where the machine's CPU time went (/proc/stat).
 #pragma once
 
 #include <cstdint>
@@ -34,5 +34,24 @@ uint64_t physical_memory_bytes();  // MemTotal
 uint64_t available_memory_bytes(); // MemAvailable
 uint64_t current_rss_bytes();      // this process's resident set
 uint64_t peak_rss_bytes();         // this process's peak resident set (VmHWM)
+
+// CPU time in seconds since boot: the machine's, summed over all its CPUs by kind (the first
+// line of /proc/stat), and this process's own (user + system, getrusage). Two readings bound a
+// span of wall time; their difference says where the machine's CPU time went in it. Steal is
+// time a hypervisor ran something else on a virtual CPU that was ready to run (on a VM: other
+// guests, or the host's own work such as emulating this guest's disk).
+struct CpuTimes {
+  double busy_s = 0;     // user + nice + system + irq + softirq
+  double idle_s = 0;     // idle + iowait
+  double steal_s = 0;
+  double process_s = 0;  // this process, user + system
+  bool machine = false;  // the machine's fields were read (Linux /proc/stat)
+
+  double total_s() const { return busy_s + idle_s + steal_s; }
+  CpuTimes operator-(const CpuTimes& earlier) const;
+};
+CpuTimes cpu_times();
+// The machine's fields from /proc/stat's text (its "cpu " line; USER_HZ ticks); for tests.
+CpuTimes parse_proc_stat(const std::string& text);
 
 }  // namespace strata

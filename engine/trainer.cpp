@@ -236,6 +236,7 @@ struct Trainer::Impl {
   int64_t progress_eval_step = -1;
   int64_t progress_first_step = -1;
   Clock::time_point progress_t0;
+  bool steal_warned = false;  // warn_steal: once per run
   uint64_t windows_done = 0;  // logical data windows the completed steps read
   // Checkpoints: the resume source, and the writer (declared after `zero`, so it is destroyed —
   // and its save in progress finished — before the engine whose states it reads).
@@ -663,6 +664,7 @@ struct Trainer::Impl {
     if (writer) writer->poll();  // a save that failed ends the run here
     if (opt.test_hooks && opt.test_hooks->before_step) opt.test_hooks->before_step(r.step);
     auto t0 = Clock::now();
+    const CpuTimes cpu0 = cpu_times();
     const double waited0 = compute->waited_ms();
     runner->reset_loss();
     auto load_micro = [&](int a) {
@@ -743,6 +745,7 @@ struct Trainer::Impl {
     r.traffic.h2d_bytes += opt_traffic.h2d_bytes;
     r.traffic.d2h_bytes += opt_traffic.d2h_bytes;
     r.step_ms = ms_since(t0);
+    r.cpu = cpu_times() - cpu0;
     r.tokens_per_s = double(G * T) / (r.step_ms / 1000.0);
     if (opt.peak_flops > 0)
       r.mfu = r.tokens_per_s * model->train_flops_per_token(T) / (opt.peak_flops * world.size());
@@ -911,6 +914,7 @@ struct Trainer::Impl {
             {"wait_ms", r.traffic.nvme_wait_ms},
             {"read_ahead_bytes", r.traffic.read_ahead_bytes}}},
           {"links", {{"h2d_bytes", r.traffic.h2d_bytes}, {"d2h_bytes", r.traffic.d2h_bytes}}},
+          {"cpu", cpu_json(r)},
       };
       if (writer) {
         const CheckpointStats cs = writer->last_stats();
@@ -926,6 +930,7 @@ struct Trainer::Impl {
       metrics << j.dump() << '\n';
       metrics.flush();
     }
+    warn_steal(r);
     if (!opt.progress) return;
     std::string line = progress_line(r);
     if (isatty(STDERR_FILENO)) {
@@ -934,6 +939,37 @@ struct Trainer::Impl {
     } else if (logged) {
       std::fprintf(stderr, "%s\n", line.c_str());
     }
+  }
+
+  // The step's CPU time: the cores this process kept busy (its CPU seconds per second of the
+  // step) and the machine's time by kind as shares of all its CPUs' time (null off Linux).
+  static nlohmann::json cpu_json(const StepRecord& r) {
+    const CpuTimes& c = r.cpu;
+    const double total = c.total_s();
+    auto share = [&](double s) { return c.machine && total > 0 ? nlohmann::json(s / total) : nullptr; };
+    return {{"process_cores", r.step_ms > 0 ? c.process_s / (r.step_ms / 1000.0) : 0.0},
+            {"busy_share", share(c.busy_s)},
+            {"idle_share", share(c.idle_s)},
+            {"steal_share", share(c.steal_s)}};
+  }
+
+  static double steal_share(const StepRecord& r) {
+    const double total = r.cpu.total_s();
+    return r.cpu.machine && total > 0 ? r.cpu.steal_s / total : 0.0;
+  }
+
+  // Once per run: a step in which a hypervisor took a tenth of the machine's CPU time or more.
+  void warn_steal(const StepRecord& r) {
+    constexpr double kWarnShare = 0.10;
+    const double s = steal_share(r);
+    if (steal_warned || s < kWarnShare) return;
+    steal_warned = true;
+    log_warn("train", "step ", r.step, ": the hypervisor took ", fixed(100 * s, 0),
+             "% of this machine's CPU time (steal in /proc/stat: its virtual CPUs had work, the ",
+             "host ran something else), so the step ran slower than these cores allow. On a VM ",
+             "the host's own work, such as emulating the disk under offload.nvme_path, can run ",
+             "on the cores this guest computes on: see docs/tuning.md, \"CPU time a VM's host ",
+             "takes\"");
   }
 
   // step, loss, the latest eval loss, tokens/s, ETA, and this rank's state bytes per tier.
@@ -963,6 +999,7 @@ struct Trainer::Impl {
     if (z.pinned_bytes) line += str(" pin ", format_bytes(z.pinned_bytes));
     if (z.host_bytes) line += str(" host ", format_bytes(z.host_bytes));
     if (z.nvme_bytes) line += str(" nvme ", format_bytes(z.nvme_bytes));
+    if (steal_share(r) >= 0.05) line += str(" | steal ", fixed(100 * steal_share(r), 0), "%");
     return line;
   }
 

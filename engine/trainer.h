@@ -17,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/cpu.h"
 #include "engine/checkpoint.h"
 #include "engine/checkpoint_writer.h"
 #include "comm/comm.h"
@@ -49,6 +50,9 @@ struct StepRecord {
   double checkpoint_stall_ms = 0;
   int64_t checkpoint_saved = -1;
   double eval_loss = -1;   // validation after this step (eval.every), or < 0 when none ran
+  // Where the machine's CPU time went during the step (all CPUs; steal: taken by a hypervisor)
+  // and this process's CPU time: the difference of readings at its start and end.
+  CpuTimes cpu;
 };
 
 struct TrainSummary {

@@ -85,6 +85,8 @@ void merge(MetricsPoint& into, const MetricsPoint& from) {
   take(into.pinned_bytes, from.pinned_bytes);
   take(into.host_state_bytes, from.host_state_bytes);
   take(into.nvme_bytes, from.nvme_bytes);
+  take(into.process_cores, from.process_cores);
+  take(into.steal_share, from.steal_share);
 }
 
 bool blank(std::string_view line) {
@@ -163,6 +165,8 @@ MetricsRun parse_metrics(std::string_view text, std::string name, std::string pa
     p.pinned_bytes = bytes(j, {"mem", "pinned_bytes"});
     p.host_state_bytes = bytes(j, {"mem", "host_state_bytes"});
     p.nvme_bytes = bytes(j, {"mem", "nvme_bytes"});
+    p.process_cores = number(j, {"cpu", "process_cores"});
+    p.steal_share = number(j, {"cpu", "steal_share"});
     auto [it, fresh] = by_step.try_emplace(p.step, p);
     if (!fresh) {
       merge(it->second, p);
@@ -212,7 +216,7 @@ std::vector<std::string> run_names(const std::vector<std::string>& paths) {
 std::string report_csv(const std::vector<MetricsRun>& runs) {
   std::string out =
       "run,step,loss,eval_loss,tokens_per_s,step_ms,compute_ms,comm_ms,optimizer_ms,io_wait_ms,"
-      "device_peak_bytes,pinned_bytes,host_state_bytes,nvme_bytes\n";
+      "device_peak_bytes,pinned_bytes,host_state_bytes,nvme_bytes,process_cores,steal_share\n";
   auto cell = [&out](const std::optional<double>& v) {
     out += ',';
     if (v) out += number_text(*v);
@@ -230,6 +234,8 @@ std::string report_csv(const std::vector<MetricsRun>& runs) {
                             &p.optimizer_ms, &p.io_wait_ms})
         cell(*v);
       for (const auto* v : {&p.device_peak_bytes, &p.pinned_bytes, &p.host_state_bytes, &p.nvme_bytes}) bytes_cell(*v);
+      cell(p.process_cores);
+      cell(p.steal_share);
       out += '\n';
     }
   return out;

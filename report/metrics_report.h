@@ -25,6 +25,8 @@ struct MetricsPoint {
   std::optional<double> optimizer_ms;  // time.optimizer_ms
   std::optional<double> io_wait_ms;    // io.wait_ms: the engine's thread waited for NVMe
   std::optional<uint64_t> device_peak_bytes, pinned_bytes, host_state_bytes, nvme_bytes;  // mem.*
+  std::optional<double> process_cores;  // cpu.process_cores: this process's CPU s per step s
+  std::optional<double> steal_share;    // cpu.steal_share: the machine's CPU time a hypervisor took
 };
 
 struct MetricsRun {
@@ -48,7 +50,7 @@ std::vector<std::string> run_names(const std::vector<std::string>& paths);
 
 // The CSV table: a header, then one row per run × step with run, step, loss, eval_loss,
 // tokens_per_s, step_ms, compute_ms, comm_ms, optimizer_ms, io_wait_ms, device_peak_bytes,
-// pinned_bytes, host_state_bytes, nvme_bytes. Empty cells for missing values; numbers in their
+// pinned_bytes, host_state_bytes, nvme_bytes, process_cores, steal_share. Empty cells for missing values; numbers in their
 // shortest exact decimal form; a run name with a comma, quote or newline is quoted (RFC 4180).
 std::string report_csv(const std::vector<MetricsRun>& runs);
 

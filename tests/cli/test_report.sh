@@ -33,11 +33,15 @@ rc=$?
 grep -q "wrote $work/report.svg and $work/report.csv: 2 run(s), 6 step(s)" <<<"$out" || fail "report printed: $out"
 grep -q "hand.jsonl: 1 of 3 line(s) skipped" "$work/report.err" || fail "no note of the skipped line: $(cat "$work/report.err")"
 [ "$(wc -l <"$work/report.csv")" -eq 7 ] || fail "report.csv has $(wc -l <"$work/report.csv") lines, want 1 + 4 + 2"
-head -n 1 "$work/report.csv" | grep -qx "run,step,loss,eval_loss,tokens_per_s,step_ms,compute_ms,comm_ms,optimizer_ms,io_wait_ms,device_peak_bytes,pinned_bytes,host_state_bytes,nvme_bytes" \
+head -n 1 "$work/report.csv" | grep -qx "run,step,loss,eval_loss,tokens_per_s,step_ms,compute_ms,comm_ms,optimizer_ms,io_wait_ms,device_peak_bytes,pinned_bytes,host_state_bytes,nvme_bytes,process_cores,steal_share" \
   || fail "CSV header: $(head -n 1 "$work/report.csv")"
-grep -q "^by hand,2,2.5,2.75,110,,,,,,,,,$" "$work/report.csv" || fail "the hand-written step 2 row is missing"
+grep -q "^by hand,2,2.5,2.75,110,,,,,,,,,,,$" "$work/report.csv" || fail "the hand-written step 2 row is missing"
 [ "$(grep -c '^trained,[13],[0-9.]*,,[0-9.e+]*,[0-9.e+]*,' "$work/report.csv")" -eq 2 ] || fail "trained rows: $(grep '^trained' "$work/report.csv")"
 [ "$(grep -c '^trained,[24],[0-9.]*,[0-9.]\+,[0-9.e+]*,[0-9.e+]*,' "$work/report.csv")" -eq 2 ] || fail "trained rows with eval.every=2: $(grep '^trained' "$work/report.csv")"
+# The trained run's CPU columns: this process kept some share of a core busy; the steal share
+# (empty off Linux) lies in [0, 1].
+awk -F, '$1 == "trained" && !($15 > 0 && ($16 == "" || ($16 >= 0 && $16 <= 1))) { bad = 1 }
+         END { exit bad }' "$work/report.csv" || fail "trained CPU columns: $(grep '^trained' "$work/report.csv")"
 tail -n 1 "$work/report.svg" | grep -qx "</svg>" || fail "report.svg does not end with </svg>"
 grep -q "<title>trained: loss</title></polyline>" "$work/report.svg" || fail "no loss curve of the trained run"
 grep -q "<title>by hand: eval loss</title>" "$work/report.svg" || fail "no eval loss of the hand-written run"

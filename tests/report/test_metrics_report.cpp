@@ -52,7 +52,9 @@ struct Files {
 Files write_files(const fs::path& d) {
   Files f;
   f.a = write(d / "run_a.jsonl",
-              line(1, "2.5", 1000, 12.5, 10, 1.25, 2.5, 0.5, 1073741824, 268435456, 0, 0) +
+              line(1, "2.5", 1000, 12.5, 10, 1.25, 2.5, 0.5, 1073741824, 268435456, 0, 0,
+                   "\"cpu\":{\"busy_share\":0.75,\"idle_share\":0.125,\"process_cores\":1.5,"
+                   "\"steal_share\":0.125},") +
               line(2, "2.25", 1250, 10, 8, 1, 2, 0.25, 1073741824, 268435456, 0, 0, "\"eval_loss\":2.375,") +
               line(3, "2", 1000, 12.5, 10, 1, 2.5, 0, 1073741824, 268435456, 0, 0, "\"eval_loss\":2.125,"));
   f.b = write(d / "run_b.jsonl",
@@ -63,7 +65,9 @@ Files write_files(const fs::path& d) {
               "{\"step\":\"4\",\"loss\":3}\n" +
               line(10, "3.5", 500, 40, 30, 0, 10, 5, 2147483648, 0, 4294967296, 17179869184) +
               "{\"step\":20,\"loss\":3.25}\n" +
-              line(30, "null", 600, 33.5, 25, 0, 8.5, 4, 2147483648, 0, 4294967296, 17179869184) +
+              line(30, "null", 600, 33.5, 25, 0, 8.5, 4, 2147483648, 0, 4294967296, 17179869184,
+                   "\"cpu\":{\"busy_share\":null,\"idle_share\":null,\"process_cores\":2,"
+                   "\"steal_share\":null},") +
               "{\"step\":30,\"eval_loss\":3.0}\n"
               "{\"step\":2.5}\n"
               "{\"step\":40,\"loss\":3.1,\"tokens_per_s\":700,\"mem\":{\"nvme_bytes\":17179869184}}\n"
@@ -104,14 +108,14 @@ TEST(MetricsReport, CsvCellByCell) {
   std::vector<MetricsRun> runs = {read_metrics(f.a, "a"), read_metrics(f.b, "b, the \"second\"")};
   EXPECT_EQ(report_csv(runs),
             "run,step,loss,eval_loss,tokens_per_s,step_ms,compute_ms,comm_ms,optimizer_ms,io_wait_ms,"
-            "device_peak_bytes,pinned_bytes,host_state_bytes,nvme_bytes\n"
-            "a,1,2.5,,1000,12.5,10,1.25,2.5,0.5,1073741824,268435456,0,0\n"
-            "a,2,2.25,2.375,1250,10,8,1,2,0.25,1073741824,268435456,0,0\n"
-            "a,3,2,2.125,1000,12.5,10,1,2.5,0,1073741824,268435456,0,0\n"
-            "\"b, the \"\"second\"\"\",10,3.5,,500,40,30,0,10,5,2147483648,0,4294967296,17179869184\n"
-            "\"b, the \"\"second\"\"\",20,3.25,,,,,,,,,,,\n"
-            "\"b, the \"\"second\"\"\",30,,3,600,33.5,25,0,8.5,4,2147483648,0,4294967296,17179869184\n"
-            "\"b, the \"\"second\"\"\",40,3.05,,710,,,,,,,,,17179869184\n");
+            "device_peak_bytes,pinned_bytes,host_state_bytes,nvme_bytes,process_cores,steal_share\n"
+            "a,1,2.5,,1000,12.5,10,1.25,2.5,0.5,1073741824,268435456,0,0,1.5,0.125\n"
+            "a,2,2.25,2.375,1250,10,8,1,2,0.25,1073741824,268435456,0,0,,\n"
+            "a,3,2,2.125,1000,12.5,10,1,2.5,0,1073741824,268435456,0,0,,\n"
+            "\"b, the \"\"second\"\"\",10,3.5,,500,40,30,0,10,5,2147483648,0,4294967296,17179869184,,\n"
+            "\"b, the \"\"second\"\"\",20,3.25,,,,,,,,,,,,,\n"
+            "\"b, the \"\"second\"\"\",30,,3,600,33.5,25,0,8.5,4,2147483648,0,4294967296,17179869184,2,\n"
+            "\"b, the \"\"second\"\"\",40,3.05,,710,,,,,,,,,17179869184,,\n");
 }
 
 TEST(MetricsReport, SvgHasOnePolylinePerRunPerSeries) {
