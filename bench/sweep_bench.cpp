@@ -160,6 +160,7 @@ nlohmann::json run_sweep(Communicator& world, const SweepOptions& o) {
     c.log.trace.clear();
     validate(c);
     std::vector<double> step, compute, wait_comm, wait_io, optim, uwait, tps, h2d, d2h, nr, nw, comm;
+    std::vector<double> cores, steal;  // the steps' CPU time (StepRecord::cpu)
     uint64_t device_peak = 0;
     TrainerOptions topt;
     topt.progress = false;
@@ -177,6 +178,8 @@ nlohmann::json run_sweep(Communicator& world, const SweepOptions& o) {
       nr.push_back(double(r.traffic.nvme_read_bytes));
       nw.push_back(double(r.traffic.nvme_write_bytes));
       comm.push_back(double(r.traffic.comm_bytes));
+      cores.push_back(r.step_ms > 0 ? r.cpu.process_s / (r.step_ms / 1000.0) : 0.0);
+      if (r.cpu.machine && r.cpu.total_s() > 0) steal.push_back(r.cpu.steal_s / r.cpu.total_s());
     };
     ZeroMemory zmem;
     TrainSummary summary;
@@ -202,6 +205,10 @@ nlohmann::json run_sweep(Communicator& world, const SweepOptions& o) {
                     {"time", {{"compute_ms", mean(compute)}, {"wait_io_ms", mean(wait_io)},
                               {"wait_comm_ms", mean(wait_comm)}, {"optimizer_ms", mean(optim)},
                               {"update_wait_ms", mean(uwait)}}},
+                    // This process's cores and the machine's time a hypervisor took (steal):
+                    // on a VM the host's disk emulation can take it from the cores that compute.
+                    {"cpu", {{"process_cores", mean(cores)},
+                             {"steal_share", steal.empty() ? nlohmann::json(nullptr) : nlohmann::json(mean(steal))}}},
                     {"peak_bytes", {{"device", device_peak}, {"pinned", zmem.pinned_bytes},
                                     {"host_state", zmem.host_bytes}, {"nvme", zmem.nvme_bytes},
                                     {"host_rss", summary.host_peak_rss_bytes}}},
@@ -254,7 +261,7 @@ std::string sweep_csv(const nlohmann::json& s) {
       "optimizer_ms,device_peak_bytes,pinned_bytes,host_state_bytes,nvme_bytes,host_rss_bytes,"
       "h2d_bytes_per_step,d2h_bytes_per_step,nvme_read_bytes_per_step,nvme_write_bytes_per_step,"
       "comm_bytes_per_step,io_bound_ms,bound_ms,step_over_bound,predicted_step_ms,predicted_bottleneck,"
-      "measured_over_predicted,update_wait_ms,overlap_optimizer\n";
+      "measured_over_predicted,update_wait_ms,overlap_optimizer,process_cores,steal_share\n";
   for (const auto& r : s["rows"]) {
     char line[1024];
     // Sweeps saved before the step model have no prediction: empty cells.
@@ -272,8 +279,14 @@ std::string sweep_csv(const nlohmann::json& s) {
     // Sweeps saved before rows said their optimizer order: an empty cell.
     std::string overlap;
     if (r.contains("overlap_optimizer")) overlap = r["overlap_optimizer"].get<bool>() ? "true" : "false";
+    // Sweeps saved before rows had their CPU time, or a machine without /proc/stat: empty cells.
+    std::string cores, steal;
+    if (r.contains("cpu")) {
+      cores = str(r["cpu"]["process_cores"].get<double>());
+      if (r["cpu"]["steal_share"].is_number()) steal = str(r["cpu"]["steal_share"].get<double>());
+    }
     std::snprintf(line, sizeof line,
-                  "%s,%s,%s,%s,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f,%llu,%llu,%llu,%llu,%llu,%.0f,%.0f,%.0f,%.0f,%.0f,%.1f,%.1f,%.3f,%s,%s,%s\n",
+                  "%s,%s,%s,%s,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f,%llu,%llu,%llu,%llu,%llu,%.0f,%.0f,%.0f,%.0f,%.0f,%.1f,%.1f,%.3f,%s,%s,%s,%s,%s\n",
                   r["placement"].get<std::string>().c_str(), r["params"].get<std::string>().c_str(),
                   r["optimizer"].get<std::string>().c_str(), r["grads"].get<std::string>().c_str(),
                   r["tokens_per_s"].get<double>(), r["step_ms"].get<double>(),
@@ -289,7 +302,7 @@ std::string sweep_csv(const nlohmann::json& s) {
                   r["bytes_per_step"]["nvme_write"].get<double>(), r["bytes_per_step"]["comm"].get<double>(),
                   r["io_bound_ms"].get<double>(), r["bound_ms"].get<double>(),
                   r["step_over_bound"].get<double>(), predicted.c_str(), update_wait.c_str(),
-                  overlap.c_str());
+                  overlap.c_str(), cores.c_str(), steal.c_str());
     out += line;
   }
   return out;

@@ -92,9 +92,9 @@ timeout 300 "$strata" bench sweep --set model.dim=64 --set model.n_layers=2 --se
   --out "$work/live" >"$work/live.log" 2>&1 || fail "bench sweep --both-orders failed: $(tail -n 3 "$work/live.log")"
 cut -d, -f1 "$work/live.csv" 2>/dev/null | tr '\n' '|' | grep -qx "placement|device:device|host:host|host:host serial|" \
   || fail "sweep rows: $(cut -d, -f1 "$work/live.csv" 2>/dev/null | tr '\n' '|')"
-head -n 1 "$work/live.csv" | grep -q ',overlap_optimizer$' || fail "no overlap_optimizer column: $(head -n 1 "$work/live.csv")"
-grep -q '^host:host,.*,true$' "$work/live.csv" || fail "the host:host row is not overlapped"
-grep -q '^host:host serial,.*,false$' "$work/live.csv" || fail "the host:host serial row is not serial"
+head -n 1 "$work/live.csv" | grep -q ',overlap_optimizer,process_cores,steal_share$' || fail "no overlap_optimizer and CPU columns: $(head -n 1 "$work/live.csv")"
+grep -q '^host:host,.*,true,[0-9.e+-]\+,[0-9.e+-]*$' "$work/live.csv" || fail "the host:host row is not overlapped"
+grep -q '^host:host serial,.*,false,[0-9.e+-]\+,[0-9.e+-]*$' "$work/live.csv" || fail "the host:host serial row is not serial"
 losses=$(grep -o '"loss_last": [-0-9.e+]*' "$work/live.json" | sort -u)
 [ "$(grep -c . <<<"$losses")" -eq 1 ] || fail "the rows end at different losses: $losses"
 [ "$(grep -c '"loss_last"' "$work/live.json")" -eq 3 ] || fail "live.json does not have 3 rows"

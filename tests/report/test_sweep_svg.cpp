@@ -96,14 +96,19 @@ TEST(SweepSvg, PredictedThroughputDotAndCsvColumns) {
   EXPECT_NE(svg.find("predicted tok/s"), std::string::npos);
   const std::string csv = sweep_csv(s);
   EXPECT_NE(csv.find(",predicted_step_ms,predicted_bottleneck,measured_over_predicted,update_wait_ms,"
-                     "overlap_optimizer\n"),
+                     "overlap_optimizer,process_cores,steal_share\n"),
             std::string::npos) << csv;
-  // Saved before update waits and the optimizer order were recorded: two empty cells.
-  EXPECT_NE(csv.find(",8.0,optimizer (nvme),1.250,,\n"), std::string::npos) << csv;
+  // Saved before update waits, the optimizer order and the CPU time were recorded: empty cells.
+  EXPECT_NE(csv.find(",8.0,optimizer (nvme),1.250,,,,\n"), std::string::npos) << csv;
   r["time"]["update_wait_ms"] = 2.5;  // the passes waited for an overlapped optimizer step
-  EXPECT_NE(sweep_csv({{"ranks", 1}, {"rows", {r}}}).find(",1.250,2.5,\n"), std::string::npos);
+  EXPECT_NE(sweep_csv({{"ranks", 1}, {"rows", {r}}}).find(",1.250,2.5,,,\n"), std::string::npos);
   r["overlap_optimizer"] = false;  // a --both-orders sweep's serial row
-  EXPECT_NE(sweep_csv({{"ranks", 1}, {"rows", {r}}}).find(",1.250,2.5,false\n"), std::string::npos);
+  EXPECT_NE(sweep_csv({{"ranks", 1}, {"rows", {r}}}).find(",1.250,2.5,false,,\n"), std::string::npos);
   r["overlap_optimizer"] = true;
-  EXPECT_NE(sweep_csv({{"ranks", 1}, {"rows", {r}}}).find(",1.250,2.5,true\n"), std::string::npos);
+  EXPECT_NE(sweep_csv({{"ranks", 1}, {"rows", {r}}}).find(",1.250,2.5,true,,\n"), std::string::npos);
+  r["cpu"] = {{"process_cores", 1.5}, {"steal_share", 0.125}};  // its steps' CPU time
+  EXPECT_NE(sweep_csv({{"ranks", 1}, {"rows", {r}}}).find(",2.5,true,1.5,0.125\n"), std::string::npos)
+      << sweep_csv({{"ranks", 1}, {"rows", {r}}});
+  r["cpu"]["steal_share"] = nullptr;  // a machine without /proc/stat
+  EXPECT_NE(sweep_csv({{"ranks", 1}, {"rows", {r}}}).find(",2.5,true,1.5,\n"), std::string::npos);
 }
