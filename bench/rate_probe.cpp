@@ -17,6 +17,7 @@
 #include "bench/gpu_bench.h"
 #include "bench/io_bench.h"
 #include "bench/stats.h"
+#include "core/cpu.h"
 #include "core/error.h"
 #include "engine/rate_cache.h"
 #include "kernels/cpu/fast_ops.h"
@@ -85,6 +86,16 @@ class ComputeLoad {
   std::thread thread_;
 };
 
+// run_io_bench's pass with "steal_s": the machine's CPU seconds of steal during it (0 where
+// /proc/stat is not read).
+nlohmann::json io_pass_with_steal(const IoBenchOptions& io) {
+  const CpuTimes before = cpu_times();
+  nlohmann::json j = run_io_bench(io);
+  const CpuTimes d = cpu_times() - before;
+  j["steal_s"] = d.machine ? std::max(0.0, d.steal_s) : 0.0;
+  return j;
+}
+
 }  // namespace
 
 IoBenchOptions nvme_bench_options(const Config& c, uint64_t bytes) {
@@ -106,18 +117,21 @@ nlohmann::json run_io_bench_beside_compute(const Config& c, const IoBenchOptions
   const int rows = std::clamp(c.data.micro_batch * c.data.seq_len, 1, 4096);
   const ComputeLoad load(rows, std::clamp(c.model.dim, 1, 8192),
                          std::clamp(c.model.ffn_dim, 1, 8192));
-  return run_io_bench(io);
+  return io_pass_with_steal(io);
 }
 
 NvmeRates measure_nvme_rates(const Config& c, const IoBenchOptions& io, int rounds) {
   STRATA_CHECK(rounds >= 1, "bench::rate_probe", "NVMe rounds ", rounds);
-  std::vector<double> read, write, read_busy, write_busy;
+  std::vector<double> read, write, read_busy, write_busy, steal;
   nlohmann::json passes = nlohmann::json::array();
   for (int round = 0; round < rounds; ++round)
     for (bool beside : {false, true}) {
-      nlohmann::json j = beside ? run_io_bench_beside_compute(c, io) : run_io_bench(io);
+      // (An idle pass's steal too, for the report: a host may take it even then.)
+      nlohmann::json j = beside ? run_io_bench_beside_compute(c, io) : io_pass_with_steal(io);
       (beside ? read_busy : read).push_back(j.value("read_gbps", 0.0));
       (beside ? write_busy : write).push_back(j.value("write_gbps", 0.0));
+      // The steal beside compute per GB the pass moved (written, then read back).
+      if (beside) steal.push_back(j.value("steal_s", 0.0) / (2.0 * double(io.size_bytes) / 1e9));
       j["beside_compute"] = beside;
       passes.push_back(std::move(j));
     }
@@ -126,12 +140,14 @@ NvmeRates measure_nvme_rates(const Config& c, const IoBenchOptions& io, int roun
   r.write_gbps = median(write);
   r.read_busy_gbps = median(read_busy);
   r.write_busy_gbps = median(write_busy);
+  r.steal_s_per_gb = median(steal);
   r.report = {{"rounds", rounds},
               {"bytes_per_pass", io.size_bytes},
               {"read_gbps", r.read_gbps},
               {"write_gbps", r.write_gbps},
               {"read_busy_gbps", r.read_busy_gbps},
               {"write_busy_gbps", r.write_busy_gbps},
+              {"steal_s_per_gb", r.steal_s_per_gb},
               {"passes", std::move(passes)}};
   return r;
 }
@@ -239,6 +255,7 @@ MachineRates probe_rates(const Config& c, const RateProbeOptions& o) {
     r.nvme_write_gbps = n.write_gbps;
     r.nvme_read_busy_gbps = n.read_busy_gbps;
     r.nvme_write_busy_gbps = n.write_busy_gbps;
+    r.nvme_steal_s_per_gb = n.steal_s_per_gb;
   }
   r.measured_at = utc_now();
   r.source = "measured now";

@@ -6,7 +6,9 @@
 // copies), and NVMe read and write over offload.nvme_path (bench/io_bench.h, 256M by default),
 // once on an idle machine and once while every CPU thread computes the config's MLP
 // up-projection (a 2-core VM's virtio disk moved about half its idle rate beside memory-streaming
-// threads: bench/results/cpu-epyc-avx2-2core-2026-12-05-disk-under-load.md).
+// threads: bench/results/cpu-epyc-avx2-2core-2026-12-05-disk-under-load.md), with the CPU time a
+// hypervisor took as steal during the latter (its host emulated the disk on the guest's cores:
+// bench/results/cpu-epyc-avx2-2core-2026-12-05d-steal.md).
 // rates_for() reads them from the cache file (engine/rate_cache.h) or probes and stores them.
 // It does not predict anything.
 #pragma once
@@ -43,6 +45,8 @@ IoBenchOptions nvme_bench_options(const Config& config, uint64_t bytes);
 // strata's GEMM on the shape of the config's MLP up-projection over one micro-batch (rows
 // micro_batch × seq_len, at most 4096; dim and ffn_dim each at most 8192), as the CPU device's
 // passes do beside the engine's NVMe traffic. The load starts before the pass and stops after it.
+// Adds "steal_s": the machine's CPU seconds of steal during the pass (0 where /proc/stat is not
+// read).
 nlohmann::json run_io_bench_beside_compute(const Config& config, const IoBenchOptions& io);
 
 // The NVMe rates over `io` idle and beside compute: `rounds` pairs of passes of io.size_bytes
@@ -52,6 +56,10 @@ nlohmann::json run_io_bench_beside_compute(const Config& config, const IoBenchOp
 struct NvmeRates {
   double read_gbps = 0, write_gbps = 0;            // idle
   double read_busy_gbps = 0, write_busy_gbps = 0;  // beside compute
+  // CPU seconds a hypervisor took as steal (all cores, /proc/stat) per GB a pass beside compute
+  // moved: 0 on bare metal; on a VM whose host emulates the disk on the guest's cores, what the
+  // disk's bytes cost compute.
+  double steal_s_per_gb = 0;
   // {"rounds", "bytes_per_pass", the four medians, "passes": [run_io_bench's JSON + the bool
   // "beside_compute", in the order run]}
   nlohmann::json report;

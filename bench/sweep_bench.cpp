@@ -104,6 +104,7 @@ nlohmann::json run_sweep(Communicator& world, const SweepOptions& o) {
   rates.nvme_write_gbps = nvme.write_gbps;
   rates.nvme_read_busy_gbps = nvme.read_busy_gbps;
   rates.nvme_write_busy_gbps = nvme.write_busy_gbps;
+  rates.nvme_steal_s_per_gb = nvme.steal_s_per_gb;
   // The data-parallel collectives' rate: an all-gather and a reduce-scatter of 64M, on the CPU
   // device only (bench comm runs MPI on host buffers, not NCCL). The median of five rounds of
   // eight calls each: one round's rate swung 0.45–1.9 GB/s between runs on a 2-core machine,
@@ -224,6 +225,7 @@ nlohmann::json run_sweep(Communicator& world, const SweepOptions& o) {
                                    {"compute_ms", pred.compute_ms}, {"nvme_ms", pred.nvme_ms},
                                    {"copy_ms", pred.copy_ms}, {"optimizer_ms", pred.optimizer_ms},
                                    {"exposed_optimizer_ms", pred.exposed_optimizer_ms},
+                                   {"steal_ms", pred.steal_ms},
                                    {"bytes_per_step", {{"h2d", pred.bytes.h2d}, {"d2h", pred.bytes.d2h},
                                                        {"nvme_read", pred.bytes.nvme_read},
                                                        {"nvme_write", pred.bytes.nvme_write}}}}},

@@ -26,6 +26,8 @@ constexpr const char* kRates[] = {"gemm_flops",      "attention_flops", "adam_gb
                                   "device_mem_gbps", "h2d_gbps",        "d2h_gbps"};
 constexpr const char* kNvmeRates[] = {"nvme_read_gbps", "nvme_write_gbps", "nvme_read_busy_gbps",
                                       "nvme_write_busy_gbps"};
+// CPU seconds of steal per GB beside compute (MachineRates::nvme_steal_s_per_gb); may be 0.
+constexpr const char* kNvmeSteal = "nvme_steal_s_per_gb";
 
 // A damaged entry: --reprobe measures it again and replaces it (store_rates reads the rest).
 [[noreturn]] void corrupt(const std::string& path, const std::string& what) {
@@ -114,8 +116,9 @@ std::optional<MachineRates> load_rates(const std::string& path, const std::strin
   if (!e.is_object()) corrupt(path, str("the entry \"", key, "\" is not an object"));
   // An entry from a strata that did not measure attention yet: measured again, and replaced.
   if (!e.contains("attention_flops")) return std::nullopt;
-  // Or the NVMe rates beside compute: the same.
-  if (e.value("nvme", "") != "" && !e.contains(kNvmeRates[2])) return std::nullopt;
+  // Or the NVMe rates beside compute, or the steal beside them: the same.
+  if (e.value("nvme", "") != "" && (!e.contains(kNvmeRates[2]) || !e.contains(kNvmeSteal)))
+    return std::nullopt;
   auto rate = [&](const char* name, bool required) {
     if (!e.contains(name)) {
       if (required) corrupt(path, str("the entry \"", key, "\" has no ", name));
@@ -138,6 +141,13 @@ std::optional<MachineRates> load_rates(const std::string& path, const std::strin
   r.nvme_write_gbps = rate(kNvmeRates[1], !r.nvme.empty());
   r.nvme_read_busy_gbps = rate(kNvmeRates[2], !r.nvme.empty());
   r.nvme_write_busy_gbps = rate(kNvmeRates[3], !r.nvme.empty());
+  if (!r.nvme.empty()) {  // 0 is a measurement here (no steal), not a missing rate
+    const nlohmann::json& s = e[kNvmeSteal];
+    if (!s.is_number() || !std::isfinite(s.get<double>()) || s.get<double>() < 0)
+      corrupt(path, str("the entry \"", key, "\" has ", kNvmeSteal, " = ", s.dump(),
+                        " (seconds >= 0 expected)"));
+    r.nvme_steal_s_per_gb = s.get<double>();
+  }
   r.comm_gbps = rate("comm_gbps", false);  // only a run with peers measures it
   if (!e.contains("cpu_threads") || !e["cpu_threads"].is_number_integer() || e["cpu_threads"].get<int64_t>() < 1 ||
       e["cpu_threads"].get<int64_t>() > 1 << 20)
@@ -165,6 +175,7 @@ void store_rates(const std::string& path, const std::string& key, const MachineR
     e["nvme_write_gbps"] = r.nvme_write_gbps;
     e["nvme_read_busy_gbps"] = r.nvme_read_busy_gbps;
     e["nvme_write_busy_gbps"] = r.nvme_write_busy_gbps;
+    e[kNvmeSteal] = r.nvme_steal_s_per_gb;
   }
   j["machines"][key] = std::move(e);
   const std::filesystem::path dir = std::filesystem::path(path).parent_path();
@@ -182,7 +193,8 @@ nlohmann::json rates_json(const MachineRates& r) {
           {"device_mem_gbps", r.device_mem_gbps}, {"h2d_gbps", r.h2d_gbps}, {"d2h_gbps", r.d2h_gbps},
           {"nvme_read_gbps", r.nvme_read_gbps}, {"nvme_write_gbps", r.nvme_write_gbps},
           {"nvme_read_busy_gbps", r.nvme_read_busy_gbps},
-          {"nvme_write_busy_gbps", r.nvme_write_busy_gbps}, {"cpu_threads", r.cpu_threads},
+          {"nvme_write_busy_gbps", r.nvme_write_busy_gbps},
+          {"nvme_steal_s_per_gb", r.nvme_steal_s_per_gb}, {"cpu_threads", r.cpu_threads},
           {"comm_gbps", r.comm_gbps}};
 }
 

@@ -76,6 +76,13 @@ StepPrediction predict_step(const Config& c, int dp, const PlanMachine& machine,
   };
   const double read_busy_gbps = busy(rates.nvme_read_busy_gbps, read_gbps);
   const double write_busy_gbps = busy(rates.nvme_write_busy_gbps, write_gbps);
+  // On the CPU device the NVMe bytes moved beside compute cost the cores this much wall time:
+  // the steal they cause (core-seconds per GB, machine-wide: every rank's bytes count) spread
+  // over the threads this rank computes on.
+  auto steal_ms = [&](double bytes) {
+    if (!cpu || !(rates.nvme_steal_s_per_gb > 0) || bytes <= 0) return 0.0;
+    return rates.nvme_steal_s_per_gb * bytes / 1e9 * 1e3 / (measured_threads * cpu_share);
+  };
 
   const int m = c.train.grad_accum;
   const double tokens = double(m) * c.data.micro_batch * c.data.seq_len;
@@ -155,12 +162,18 @@ StepPrediction predict_step(const Config& c, int dp, const PlanMachine& machine,
   const double fwd_copy_ms = transfer_ms(fwd_h2d, h2d_gbps, "host-to-device copy");
   const double bwd_copy_ms = transfer_ms(bwd_h2d, h2d_gbps, "host-to-device copy") +
                              transfer_ms(bwd_d2h, d2h_gbps, "device-to-host copy");
-  const double fwd_busy = cpu ? fwd_compute + fwd_comm_ms + fwd_copy_ms : std::max(fwd_compute, fwd_comm_ms);
-  const double bwd_busy = cpu ? bwd_compute + bwd_comm_ms + bwd_copy_ms : std::max(bwd_compute, bwd_comm_ms);
   // offload.optimizer_read_ahead: that many bytes of the states are read during the last
   // backward, beside its parameter reads, instead of after the norm (clipped) or at the end of
   // the backward (unclipped: the first units, which it finishes last).
   const double ahead_bytes = std::min(opt_read, double(read_ahead_bytes(model, pl)));
+  // On the CPU device a pass's reads (and the read-ahead) run beside its compute: their steal
+  // lengthens it.
+  const double fwd_steal = steal_ms(fwd_read), bwd_steal = steal_ms(bwd_read + ahead_bytes);
+  const double fwd_busy = cpu ? fwd_compute + fwd_comm_ms + fwd_copy_ms + fwd_steal
+                              : std::max(fwd_compute, fwd_comm_ms);
+  const double bwd_busy = cpu ? bwd_compute + bwd_comm_ms + bwd_copy_ms + bwd_steal
+                              : std::max(bwd_compute, bwd_comm_ms);
+  p.steal_ms = fwd_steal + bwd_steal;
   const double ahead_ms = transfer_ms(ahead_bytes, read_busy_gbps, "NVMe read");
   const double ahead_idle_ms = transfer_ms(ahead_bytes, read_gbps, "NVMe read");
   p.forward_ms = std::max({fwd_busy, fwd_read_ms, cpu ? 0.0 : fwd_copy_ms});
@@ -213,7 +226,15 @@ StepPrediction predict_step(const Config& c, int dp, const PlanMachine& machine,
                             : first * (std::max(adam_ms, opt_io_ms - first_ahead_ms / std::max(first, 1e-12)) + opt_copy_ms);
     // On the CPU device the disk runs at its busy rates while the cores compute, then at its
     // idle ones; the first units' wait (tail) leaves the cores idle.
-    const double cores = passes + adam_ms + opt_copy_ms;
+    // The optimizer's bytes moved while the cores compute cost them their steal (the read-ahead's
+    // is the backward's already).
+    double cores = passes + adam_ms + opt_copy_ms;
+    if (cpu && disk_busy > 0) {
+      const double beside = std::min(1.0, cores / disk_busy);
+      const double s = steal_ms(beside * (opt_read - ahead_bytes + opt_write));
+      cores += s;
+      p.steal_ms += s;
+    }
     const double step = cpu ? std::max(beside_compute_ms(cores, disk_busy, disk), cores + tail)
                             : std::max({passes + tail, p.optimizer_ms, disk});
     p.exposed_optimizer_ms = step - passes;
@@ -226,7 +247,12 @@ StepPrediction predict_step(const Config& c, int dp, const PlanMachine& machine,
                            transfer_ms(opt_write, write_gbps, "NVMe write");
     const double io_busy = transfer_ms(rest_read, read_busy_gbps, "NVMe read") +
                            transfer_ms(opt_write, write_busy_gbps, "NVMe write");
-    const double cores = p.forward_ms + adam_ms + opt_copy_ms;
+    double cores = p.forward_ms + adam_ms + opt_copy_ms;
+    if (io_busy > 0) {  // the bytes moved while the cores work cost them their steal
+      const double s = steal_ms(std::min(1.0, cores / io_busy) * (rest_read + opt_write));
+      cores += s;
+      p.steal_ms += s;
+    }
     const double window =
         std::max(beside_compute_ms(cores, io_busy, io_idle), io_idle + opt_copy_ms);
     p.exposed_optimizer_ms = window - p.forward_ms;

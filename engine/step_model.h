@@ -47,6 +47,12 @@
 //   offload.optimizer_read_ahead: its bytes (at most the states') are read during the backward
 //   (the backward's disk time grows by them) and come off the optimizer's read time after the
 //   norm (clipped) or off the first units' (unclipped).
+//   steal (the CPU device only): the NVMe bytes moved while the cores compute — the passes'
+//   reads, the read-ahead, and the share min(1, cores ÷ disk time) of an overlapped optimizer's
+//   traffic — add nvme_steal_s_per_gb × GB ÷ the rank's threads to the cores' time (compute +
+//   collectives + copies of a pass, the cores of beside()): on a VM whose host emulates the disk
+//   on the guest's cores, those bytes cost compute (bench/results/
+//   cpu-epyc-avx2-2core-2026-12-05d-steal.md). 0 on bare metal.
 //
 // Not counted: the data-parallel collectives when no comm rate was measured, tensor / pipeline
 // parallel traffic, the elementwise ops (norms, rotary, SwiGLU, casts, the loss), the pipeline
@@ -84,6 +90,10 @@ struct MachineRates {
   // traffic that runs beside the CPU device's compute at these. 0: not measured, the idle rates.
   double nvme_read_busy_gbps = 0;
   double nvme_write_busy_gbps = 0;
+  // CPU seconds (all cores together) a hypervisor took as steal per GB the disk moved beside
+  // compute (bench/rate_probe.h): on a VM whose host emulates the disk on the cores its guest
+  // computes on, NVMe traffic costs compute. 0 on bare metal, and when not measured.
+  double nvme_steal_s_per_gb = 0;
   double comm_gbps = 0;        // data-parallel collectives: a 64M all-gather and reduce-scatter
                                // together, bytes (gathered / reduced) ÷ time; 0: not measured
   int cpu_threads = 0;         // oneTBB threads the CPU rates (GEMM on the CPU device, AdamW) used
@@ -108,6 +118,8 @@ struct StepPrediction {
   double comm_ms = 0;            // the data-parallel collectives at the comm rate (0: not counted)
   double optimizer_ms = 0;       // the optimizer step on its own
   double exposed_optimizer_ms = 0;  // the part of it the step waits for
+  double steal_ms = 0;           // of the parts above: the cores' time a hypervisor takes beside
+                                 // the disk (CPU device, MachineRates::nvme_steal_s_per_gb)
   double step_ms = 0;
   std::string bottleneck;        // "compute", "communication", "nvme (parameter reads)", "host-device copies",
                                  // "optimizer (cpu adamw)", "optimizer (nvme)", "optimizer (device)"

@@ -29,9 +29,10 @@ std::string rates_text(const MachineRates& r) {
   }
   if (!r.nvme.empty()) {
     std::snprintf(line, sizeof line,
-                  ", NVMe read %.2f GB/s, write %.2f GB/s (beside compute %.2f / %.2f) (%s)",
+                  ", NVMe read %.2f GB/s, write %.2f GB/s (beside compute %.2f / %.2f, steal "
+                  "%.3f CPU s per GB) (%s)",
                   r.nvme_read_gbps, r.nvme_write_gbps, r.nvme_read_busy_gbps,
-                  r.nvme_write_busy_gbps, r.nvme.c_str());
+                  r.nvme_write_busy_gbps, r.nvme_steal_s_per_gb, r.nvme.c_str());
     t += line;
   }
   return t;
@@ -92,6 +93,7 @@ nlohmann::json auto_plan_json(const AutoPlan& plan, const MachineRates& rates) {
                                    {"nvme_ms", p.nvme_ms}, {"copy_ms", p.copy_ms}, {"comm_ms", p.comm_ms},
                                    {"optimizer_ms", p.optimizer_ms},
                                    {"exposed_optimizer_ms", p.exposed_optimizer_ms},
+                                   {"steal_ms", p.steal_ms},
                                    {"bottleneck", p.bottleneck}}}});
   }
   nlohmann::json j = {{"rates", rates_json(rates)}, {"candidates", rows}, {"limits", plan.limits}};

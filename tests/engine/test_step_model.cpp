@@ -525,6 +525,48 @@ TEST(StepModel, TheDiskBesideTheCpuDevicesComputeRunsAtItsBusyRate) {
       }
 }
 
+// On a VM whose host emulates the disk on the guest's cores, the bytes moved beside the CPU
+// device's compute cost it the steal they cause (nvme_steal_s_per_gb, spread over the threads
+// the rank computes on). Bytes moved while the cores wait (the serial optimizer phase) cost
+// nothing, and neither does anything on a GPU, whose passes leave the CPU idle.
+TEST(StepModel, StealBesideTheCpuDevicesComputeLengthensIt) {
+  const std::string dir = scratch_dir();
+  PlanMachine cpu = gpu_machine();
+  cpu.device_is_host_memory = true;
+  MachineRates none = rates();  // the disk faster than compute: its traffic hides behind it
+  none.gemm_flops = none.attention_flops = 1e9;
+  MachineRates steal = none;
+  steal.nvme_steal_s_per_gb = 0.3;
+  for (Tier params : {Tier::host, Tier::nvme})
+    for (float clip : {1.0f, 0.0f})
+      for (bool overlap : {false, true}) {
+        Config c = placed(small(dir), params, Tier::nvme);
+        c.train.grad_clip = clip;
+        c.offload.overlap_optimizer = overlap;
+        SCOPED_TRACE(str("params ", tier_name(params), " clip ", clip, " overlap ", overlap));
+        const StepPrediction p0 = predict_step(c, 1, cpu, none), ps = predict_step(c, 1, cpu, steal);
+        EXPECT_EQ(p0.steal_ms, 0.0);
+        EXPECT_EQ(predict_step(c, 1, gpu_machine(), steal).step_ms,
+                  predict_step(c, 1, gpu_machine(), none).step_ms);
+        EXPECT_EQ(predict_step(c, 1, gpu_machine(), steal).steal_ms, 0.0);
+        EXPECT_EQ(ps.optimizer_ms, p0.optimizer_ms);  // the optimizer on its own
+        EXPECT_EQ(ps.compute_ms, p0.compute_ms);
+        // The passes' own reads, beside their compute: k × bytes / threads.
+        const double pass_steal = 0.3 * ps.bytes.nvme_param_read / 1e9 * 1e3 / 2;
+        if (!overlap) {
+          EXPECT_NEAR(ps.steal_ms, pass_steal, 1e-9 * pass_steal);
+          if (params == Tier::host) {
+            EXPECT_EQ(ps.step_ms, p0.step_ms);  // serial: its bytes move while the cores wait
+          }
+        } else {
+          EXPECT_GT(ps.steal_ms, pass_steal);  // and the optimizer's traffic beside compute
+          EXPECT_GT(ps.step_ms, p0.step_ms);
+        }
+        EXPECT_GE(ps.step_ms, p0.step_ms);
+        EXPECT_LE(ps.step_ms, p0.step_ms + ps.steal_ms * (1 + 1e-12));
+      }
+}
+
 TEST(StepModel, UnresolvedAutoIsNeverAllocated) {
   Config c = small("");
   c.offload.optimizer.automatic = true;
@@ -547,11 +589,16 @@ TEST(RateCache, RoundTrip) {
   EXPECT_EQ(back->nvme_write_gbps, 1.5);
   EXPECT_EQ(back->nvme_read_busy_gbps, 2);
   EXPECT_EQ(back->nvme_write_busy_gbps, 1.5);
+  EXPECT_EQ(back->nvme_steal_s_per_gb, 0.0);  // measured: none (bare metal)
   EXPECT_EQ(back->cpu_threads, 2);
   EXPECT_EQ(back->measured_at, "2026-12-01T17:00:00Z");
   EXPECT_EQ(back->source, path);
   EXPECT_EQ(load_rates(path, rate_cache_key("other", ""))->gemm_flops, 5e9);
   EXPECT_FALSE(load_rates(path, rate_cache_key("a third", "")).has_value());
+  MachineRates vm = rates();
+  vm.nvme_steal_s_per_gb = 0.3125;
+  store_rates(path, key, vm);
+  EXPECT_EQ(load_rates(path, key)->nvme_steal_s_per_gb, 0.3125);
   EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
 }
 
@@ -611,4 +658,23 @@ TEST(RateCache, EntryWithoutTheBusyNvmeRatesIsMeasuredAgain) {
   r.nvme.clear();
   store_rates(path, plain, r);
   EXPECT_TRUE(load_rates(path, plain).has_value());
+}
+
+// Nor the steal beside them (an entry from before it was measured): measured again. A negative
+// one is a damaged entry, named with the fix.
+TEST(RateCache, EntryWithoutTheStealBesideTheDiskIsMeasuredAgain) {
+  const std::string path = scratch_dir() + "/rates.json";
+  const std::string key = rate_cache_key("test gpu", "259:1 /mnt (ext4)");
+  store_rates(path, key, rates());
+  const std::string good = strata::test::read_bytes(path);
+  const size_t at = good.find("\"nvme_steal_s_per_gb\"");
+  ASSERT_NE(at, std::string::npos);
+  std::string text = good;
+  text.erase(at, text.find('\n', at) + 1 - at);  // (not the last member: the JSON stays valid)
+  write_bytes(path, text);
+  EXPECT_FALSE(load_rates(path, key).has_value()) << text;
+  text = good;
+  text.replace(at, text.find(',', at) - at, "\"nvme_steal_s_per_gb\": -0.5");
+  write_bytes(path, text);
+  EXPECT_ERROR_HAS(load_rates(path, key), path, "nvme_steal_s_per_gb = -0.5", "--reprobe");
 }
