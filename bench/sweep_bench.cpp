@@ -209,7 +209,8 @@ nlohmann::json run_sweep(Communicator& world, const SweepOptions& o) {
                     // This process's cores and the machine's time a hypervisor took (steal):
                     // on a VM the host's disk emulation can take it from the cores that compute.
                     {"cpu", {{"process_cores", mean(cores)},
-                             {"steal_share", steal.empty() ? nlohmann::json(nullptr) : nlohmann::json(mean(steal))}}},
+                             {"steal_share", steal.empty() ? nlohmann::json(nullptr)
+                                                           : nlohmann::json(mean(steal))}}},
                     {"peak_bytes", {{"device", device_peak}, {"pinned", zmem.pinned_bytes},
                                     {"host_state", zmem.host_bytes}, {"nvme", zmem.nvme_bytes},
                                     {"host_rss", summary.host_peak_rss_bytes}}},

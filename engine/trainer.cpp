@@ -946,7 +946,9 @@ struct Trainer::Impl {
   static nlohmann::json cpu_json(const StepRecord& r) {
     const CpuTimes& c = r.cpu;
     const double total = c.total_s();
-    auto share = [&](double s) { return c.machine && total > 0 ? nlohmann::json(s / total) : nullptr; };
+    auto share = [&](double s) {
+      return c.machine && total > 0 ? nlohmann::json(s / total) : nlohmann::json(nullptr);
+    };
     return {{"process_cores", r.step_ms > 0 ? c.process_s / (r.step_ms / 1000.0) : 0.0},
             {"busy_share", share(c.busy_s)},
             {"idle_share", share(c.idle_s)},

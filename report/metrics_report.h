@@ -50,8 +50,9 @@ std::vector<std::string> run_names(const std::vector<std::string>& paths);
 
 // The CSV table: a header, then one row per run × step with run, step, loss, eval_loss,
 // tokens_per_s, step_ms, compute_ms, comm_ms, optimizer_ms, io_wait_ms, device_peak_bytes,
-// pinned_bytes, host_state_bytes, nvme_bytes, process_cores, steal_share. Empty cells for missing values; numbers in their
-// shortest exact decimal form; a run name with a comma, quote or newline is quoted (RFC 4180).
+// pinned_bytes, host_state_bytes, nvme_bytes, process_cores, steal_share. Empty cells for
+// missing values; numbers in their shortest exact decimal form; a run name with a comma, quote
+// or newline is quoted (RFC 4180).
 std::string report_csv(const std::vector<MetricsRun>& runs);
 
 // The figure: ten panels in two columns, one colour per run (legend on top). Polyline tooltips
