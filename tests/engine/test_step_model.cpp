@@ -48,6 +48,13 @@ PlanMachine gpu_machine(uint64_t device_bytes = 64ull << 30) {
   return m;
 }
 
+// The same machine whose device is the CPU's own memory (the CPU device).
+PlanMachine cpu_machine() {
+  PlanMachine m = gpu_machine();
+  m.device_is_host_memory = true;
+  return m;
+}
+
 Config small(const std::string& nvme_dir) {
   Config c;
   c.model.dim = 128;
@@ -66,6 +73,21 @@ Config placed(Config c, Tier params, Tier optimizer) {
   c.offload.optimizer = optimizer;
   c.offload.grads = optimizer == Tier::device ? Tier::device : Tier::host;
   return c;
+}
+
+// Calls fn(config, params, overlap) for every order an NVMe optimizer runs in on the small model:
+// params on the host or NVMe, clipped or not, overlapped or serial — each under a SCOPED_TRACE.
+template <class Fn>
+void for_each_nvme_optimizer_order(const std::string& dir, Fn fn) {
+  for (Tier params : {Tier::host, Tier::nvme})
+    for (float clip : {1.0f, 0.0f})
+      for (bool overlap : {false, true}) {
+        Config c = placed(small(dir), params, Tier::nvme);
+        c.train.grad_clip = clip;
+        c.offload.overlap_optimizer = overlap;
+        SCOPED_TRACE(str("params ", tier_name(params), " clip ", clip, " overlap ", overlap));
+        fn(c, params, overlap);
+      }
 }
 
 }  // namespace
@@ -294,8 +316,7 @@ TEST(StepModel, OverlapHidesTheOptimizerBehindTheForwardOnly) {
   EXPECT_NEAR(on.step_ms, off.step_ms - on.forward_ms, 1e-9);  // at most the forward is hidden
   EXPECT_EQ(on.bottleneck, "optimizer (cpu adamw)");
   // On the CPU device the AdamW shares the cores: nothing of it hides.
-  PlanMachine cpu = gpu_machine();
-  cpu.device_is_host_memory = true;
+  const PlanMachine cpu = cpu_machine();
   const double cpu_on = predict_step(c, 1, cpu, r).step_ms;
   c.offload.overlap_optimizer = false;
   EXPECT_NEAR(cpu_on, predict_step(c, 1, cpu, r).step_ms, 1e-9);
@@ -332,8 +353,7 @@ TEST(StepModel, CpuDeviceCopiesAddToThePass) {
   const StepPrediction gpu = predict_step(c, 1, gpu_machine(), r);
   EXPECT_GT(gpu.copy_ms, 0);
   EXPECT_NEAR(gpu.forward_ms + gpu.backward_ms, gpu.compute_ms, 1e-9);  // copies hidden
-  PlanMachine cpu = gpu_machine();
-  cpu.device_is_host_memory = true;
+  const PlanMachine cpu = cpu_machine();
   const StepPrediction on_cpu = predict_step(c, 1, cpu, r);
   // (params and optimizer both on the host: every copy is a pass's, none the optimizer's)
   EXPECT_NEAR(on_cpu.copy_ms, gpu.copy_ms, 1e-9);
@@ -439,8 +459,7 @@ TEST(StepModel, StatesKeptInHostMemoryLeaveTheDisk) {
 // On the CPU device the GEMM and AdamW rates are the measured threads' and are shared: a rank
 // gets min(1 / ranks on the machine, train.threads / measured threads) of them.
 TEST(StepModel, CpuRatesFollowThreadsAndRanks) {
-  PlanMachine cpu = gpu_machine();
-  cpu.device_is_host_memory = true;
+  PlanMachine cpu = cpu_machine();
   Config c = placed(small(""), Tier::device, Tier::device);
   const double all = predict_step(c, 1, cpu, rates()).compute_ms;
   c.train.threads = 1;  // half the threads the rates were measured with
@@ -472,8 +491,7 @@ TEST(StepModel, CollectivesWithAMeasuredRate) {
   const StepPrediction fast = predict_step(c, 2, gpu_machine(), r);
   EXPECT_GT(fast.comm_ms, 0);
   EXPECT_DOUBLE_EQ(fast.step_ms, none.step_ms);
-  PlanMachine cpu = gpu_machine();
-  cpu.device_is_host_memory = true;
+  const PlanMachine cpu = cpu_machine();
   const StepPrediction cpu_none = predict_step(c, 2, cpu, rates());
   const StepPrediction cpu_fast = predict_step(c, 2, cpu, r);
   EXPECT_NEAR(cpu_fast.step_ms, cpu_none.step_ms + cpu_fast.comm_ms, 1e-9 * cpu_fast.step_ms);
@@ -487,8 +505,7 @@ TEST(StepModel, CollectivesWithAMeasuredRate) {
 // leave the CPU idle: its predictions ignore the busy rates.
 TEST(StepModel, TheDiskBesideTheCpuDevicesComputeRunsAtItsBusyRate) {
   const std::string dir = scratch_dir();
-  PlanMachine cpu = gpu_machine();
-  cpu.device_is_host_memory = true;
+  const PlanMachine cpu = cpu_machine();
   MachineRates idle = rates();
   idle.nvme_read_gbps = idle.nvme_read_busy_gbps = 0.05;  // the disk matters
   idle.nvme_write_gbps = idle.nvme_write_busy_gbps = 0.04;
@@ -501,28 +518,22 @@ TEST(StepModel, TheDiskBesideTheCpuDevicesComputeRunsAtItsBusyRate) {
   MachineRates half = busy;  // half as fast always
   half.nvme_read_gbps /= 2;
   half.nvme_write_gbps /= 2;
-  for (Tier params : {Tier::host, Tier::nvme})
-    for (float clip : {1.0f, 0.0f})
-      for (bool overlap : {false, true}) {
-        Config c = placed(small(dir), params, Tier::nvme);
-        c.train.grad_clip = clip;
-        c.offload.overlap_optimizer = overlap;
-        SCOPED_TRACE(str("params ", tier_name(params), " clip ", clip, " overlap ", overlap));
-        const StepPrediction pi = predict_step(c, 1, cpu, idle), pb = predict_step(c, 1, cpu, busy);
-        const double i = pi.step_ms, b = pb.step_ms, h = predict_step(c, 1, cpu, half).step_ms;
-        EXPECT_EQ(predict_step(c, 1, cpu, unmeasured).step_ms, i);
-        EXPECT_EQ(predict_step(c, 1, gpu_machine(), busy).step_ms,
-                  predict_step(c, 1, gpu_machine(), idle).step_ms);
-        EXPECT_LE(b, h);  // the busy rate for part of the time at most
-        EXPECT_GT(h, i * 1.01);
-        // The parameter reads run beside the passes' compute; the serial optimizer phase alone.
-        if (params == Tier::nvme) EXPECT_GT(pb.nvme_ms, pi.nvme_ms);
-        else EXPECT_EQ(pb.nvme_ms, pi.nvme_ms);
-        EXPECT_EQ(pb.optimizer_ms, pi.optimizer_ms);
-        if (overlap) EXPECT_GT(b, i * 1.01);  // the optimizer's traffic beside compute
-        else if (params == Tier::host) EXPECT_EQ(b, i);
-        else EXPECT_GE(b, i);  // (the passes here are compute-bound)
-      }
+  for_each_nvme_optimizer_order(dir, [&](const Config& c, Tier params, bool overlap) {
+    const StepPrediction pi = predict_step(c, 1, cpu, idle), pb = predict_step(c, 1, cpu, busy);
+    const double i = pi.step_ms, b = pb.step_ms, h = predict_step(c, 1, cpu, half).step_ms;
+    EXPECT_EQ(predict_step(c, 1, cpu, unmeasured).step_ms, i);
+    EXPECT_EQ(predict_step(c, 1, gpu_machine(), busy).step_ms,
+              predict_step(c, 1, gpu_machine(), idle).step_ms);
+    EXPECT_LE(b, h);  // the busy rate for part of the time at most
+    EXPECT_GT(h, i * 1.01);
+    // The parameter reads run beside the passes' compute; the serial optimizer phase alone.
+    if (params == Tier::nvme) EXPECT_GT(pb.nvme_ms, pi.nvme_ms);
+    else EXPECT_EQ(pb.nvme_ms, pi.nvme_ms);
+    EXPECT_EQ(pb.optimizer_ms, pi.optimizer_ms);
+    if (overlap) EXPECT_GT(b, i * 1.01);  // the optimizer's traffic beside compute
+    else if (params == Tier::host) EXPECT_EQ(b, i);
+    else EXPECT_GE(b, i);  // (the passes here are compute-bound)
+  });
 }
 
 // On a VM whose host emulates the disk on the guest's cores, the bytes moved beside the CPU
@@ -531,40 +542,33 @@ TEST(StepModel, TheDiskBesideTheCpuDevicesComputeRunsAtItsBusyRate) {
 // nothing, and neither does anything on a GPU, whose passes leave the CPU idle.
 TEST(StepModel, StealBesideTheCpuDevicesComputeLengthensIt) {
   const std::string dir = scratch_dir();
-  PlanMachine cpu = gpu_machine();
-  cpu.device_is_host_memory = true;
+  const PlanMachine cpu = cpu_machine();
   MachineRates none = rates();  // the disk faster than compute: its traffic hides behind it
   none.gemm_flops = none.attention_flops = 1e9;
   MachineRates steal = none;
   steal.nvme_steal_s_per_gb = 0.3;
-  for (Tier params : {Tier::host, Tier::nvme})
-    for (float clip : {1.0f, 0.0f})
-      for (bool overlap : {false, true}) {
-        Config c = placed(small(dir), params, Tier::nvme);
-        c.train.grad_clip = clip;
-        c.offload.overlap_optimizer = overlap;
-        SCOPED_TRACE(str("params ", tier_name(params), " clip ", clip, " overlap ", overlap));
-        const StepPrediction p0 = predict_step(c, 1, cpu, none), ps = predict_step(c, 1, cpu, steal);
-        EXPECT_EQ(p0.steal_ms, 0.0);
-        EXPECT_EQ(predict_step(c, 1, gpu_machine(), steal).step_ms,
-                  predict_step(c, 1, gpu_machine(), none).step_ms);
-        EXPECT_EQ(predict_step(c, 1, gpu_machine(), steal).steal_ms, 0.0);
-        EXPECT_EQ(ps.optimizer_ms, p0.optimizer_ms);  // the optimizer on its own
-        EXPECT_EQ(ps.compute_ms, p0.compute_ms);
-        // The passes' own reads, beside their compute: k × bytes / threads.
-        const double pass_steal = 0.3 * ps.bytes.nvme_param_read / 1e9 * 1e3 / 2;
-        if (!overlap) {
-          EXPECT_NEAR(ps.steal_ms, pass_steal, 1e-9 * pass_steal);
-          if (params == Tier::host) {
-            EXPECT_EQ(ps.step_ms, p0.step_ms);  // serial: its bytes move while the cores wait
-          }
-        } else {
-          EXPECT_GT(ps.steal_ms, pass_steal);  // and the optimizer's traffic beside compute
-          EXPECT_GT(ps.step_ms, p0.step_ms);
-        }
-        EXPECT_GE(ps.step_ms, p0.step_ms);
-        EXPECT_LE(ps.step_ms, p0.step_ms + ps.steal_ms * (1 + 1e-12));
+  for_each_nvme_optimizer_order(dir, [&](const Config& c, Tier params, bool overlap) {
+    const StepPrediction p0 = predict_step(c, 1, cpu, none), ps = predict_step(c, 1, cpu, steal);
+    EXPECT_EQ(p0.steal_ms, 0.0);
+    EXPECT_EQ(predict_step(c, 1, gpu_machine(), steal).step_ms,
+              predict_step(c, 1, gpu_machine(), none).step_ms);
+    EXPECT_EQ(predict_step(c, 1, gpu_machine(), steal).steal_ms, 0.0);
+    EXPECT_EQ(ps.optimizer_ms, p0.optimizer_ms);  // the optimizer on its own
+    EXPECT_EQ(ps.compute_ms, p0.compute_ms);
+    // The passes' own reads, beside their compute: k × bytes / threads.
+    const double pass_steal = 0.3 * ps.bytes.nvme_param_read / 1e9 * 1e3 / 2;
+    if (!overlap) {
+      EXPECT_NEAR(ps.steal_ms, pass_steal, 1e-9 * pass_steal);
+      if (params == Tier::host) {
+        EXPECT_EQ(ps.step_ms, p0.step_ms);  // serial: its bytes move while the cores wait
       }
+    } else {
+      EXPECT_GT(ps.steal_ms, pass_steal);  // and the optimizer's traffic beside compute
+      EXPECT_GT(ps.step_ms, p0.step_ms);
+    }
+    EXPECT_GE(ps.step_ms, p0.step_ms);
+    EXPECT_LE(ps.step_ms, p0.step_ms + ps.steal_ms * (1 + 1e-12));
+  });
 }
 
 TEST(StepModel, UnresolvedAutoIsNeverAllocated) {
