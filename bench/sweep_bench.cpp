@@ -180,7 +180,7 @@ nlohmann::json run_sweep(Communicator& world, const SweepOptions& o) {
       nw.push_back(double(r.traffic.nvme_write_bytes));
       comm.push_back(double(r.traffic.comm_bytes));
       cores.push_back(r.step_ms > 0 ? r.cpu.process_s / (r.step_ms / 1000.0) : 0.0);
-      if (r.cpu.machine && r.cpu.total_s() > 0) steal.push_back(r.cpu.steal_s / r.cpu.total_s());
+      if (const auto s = r.cpu.share(r.cpu.steal_s)) steal.push_back(*s);
     };
     ZeroMemory zmem;
     TrainSummary summary;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace strata {
@@ -48,6 +49,12 @@ struct CpuTimes {
   bool machine = false;  // the machine's fields were read (Linux /proc/stat)
 
   double total_s() const { return busy_s + idle_s + steal_s; }
+  // part_s (busy_s, idle_s or steal_s of a difference) as a share of the machine's time;
+  // nullopt when the machine's fields were not read or no time passed.
+  std::optional<double> share(double part_s) const {
+    if (!machine || !(total_s() > 0)) return std::nullopt;
+    return part_s / total_s();
+  }
   CpuTimes operator-(const CpuTimes& earlier) const;
 };
 CpuTimes cpu_times();

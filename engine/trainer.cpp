@@ -945,9 +945,9 @@ struct Trainer::Impl {
   // step) and the machine's time by kind as shares of all its CPUs' time (null off Linux).
   static nlohmann::json cpu_json(const StepRecord& r) {
     const CpuTimes& c = r.cpu;
-    const double total = c.total_s();
     auto share = [&](double s) {
-      return c.machine && total > 0 ? nlohmann::json(s / total) : nlohmann::json(nullptr);
+      const std::optional<double> v = c.share(s);
+      return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
     };
     return {{"process_cores", r.step_ms > 0 ? c.process_s / (r.step_ms / 1000.0) : 0.0},
             {"busy_share", share(c.busy_s)},
@@ -955,10 +955,7 @@ struct Trainer::Impl {
             {"steal_share", share(c.steal_s)}};
   }
 
-  static double steal_share(const StepRecord& r) {
-    const double total = r.cpu.total_s();
-    return r.cpu.machine && total > 0 ? r.cpu.steal_s / total : 0.0;
-  }
+  static double steal_share(const StepRecord& r) { return r.cpu.share(r.cpu.steal_s).value_or(0.0); }
 
   // Once per run: a step in which a hypervisor took a tenth of the machine's CPU time or more.
   void warn_steal(const StepRecord& r) {

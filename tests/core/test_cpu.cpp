@@ -35,12 +35,14 @@ TEST(Cpu, ProcStatFieldsByKind) {
   EXPECT_DOUBLE_EQ(t.busy_s, 160 / hz);
   EXPECT_DOUBLE_EQ(t.idle_s, 450 / hz);
   EXPECT_DOUBLE_EQ(t.steal_s, 90 / hz);
+  EXPECT_DOUBLE_EQ(*t.share(t.steal_s), 90.0 / 700);  // of busy + idle + steal
   // A kernel older than steal accounting (four fields): no steal, still read.
   const CpuTimes old = parse_proc_stat("cpu 10 0 10 80\n");
   ASSERT_TRUE(old.machine);
   EXPECT_DOUBLE_EQ(old.steal_s, 0.0);
   EXPECT_DOUBLE_EQ(old.total_s(), 100 / hz);
   EXPECT_FALSE(parse_proc_stat("intr 1 2 3\n").machine);
+  EXPECT_FALSE(parse_proc_stat("intr 1 2 3\n").share(0.0).has_value());  // nothing read
   EXPECT_FALSE(parse_proc_stat("cpu 1 2\n").machine);
 }
 
