@@ -179,7 +179,7 @@ nlohmann::json run_sweep(Communicator& world, const SweepOptions& o) {
       nr.push_back(double(r.traffic.nvme_read_bytes));
       nw.push_back(double(r.traffic.nvme_write_bytes));
       comm.push_back(double(r.traffic.comm_bytes));
-      cores.push_back(r.step_ms > 0 ? r.cpu.process_s / (r.step_ms / 1000.0) : 0.0);
+      cores.push_back(r.cpu.process_cores(r.step_ms / 1000.0));
       if (const auto s = r.cpu.share(r.cpu.steal_s)) steal.push_back(*s);
     };
     ZeroMemory zmem;

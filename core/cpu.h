@@ -49,6 +49,8 @@ struct CpuTimes {
   bool machine = false;  // the machine's fields were read (Linux /proc/stat)
 
   double total_s() const { return busy_s + idle_s + steal_s; }
+  // This process's CPU seconds per second of wall_s (a difference's): the cores it kept busy.
+  double process_cores(double wall_s) const { return wall_s > 0 ? process_s / wall_s : 0.0; }
   // part_s (busy_s, idle_s or steal_s of a difference) as a share of the machine's time;
   // nullopt when the machine's fields were not read or no time passed.
   std::optional<double> share(double part_s) const {

@@ -949,7 +949,7 @@ struct Trainer::Impl {
       const std::optional<double> v = c.share(s);
       return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
     };
-    return {{"process_cores", r.step_ms > 0 ? c.process_s / (r.step_ms / 1000.0) : 0.0},
+    return {{"process_cores", c.process_cores(r.step_ms / 1000.0)},
             {"busy_share", share(c.busy_s)},
             {"idle_share", share(c.idle_s)},
             {"steal_share", share(c.steal_s)}};

@@ -52,6 +52,8 @@ TEST(Cpu, TimesAdvanceWithWork) {
   for (int i = 0; i < 20'000'000; ++i) x = x + 1e-9 * i;
   const CpuTimes d = cpu_times() - a;
   EXPECT_GT(d.process_s, 0.0);  // this process ran
+  EXPECT_DOUBLE_EQ(d.process_cores(2.0), d.process_s / 2.0);
+  EXPECT_EQ(d.process_cores(0.0), 0.0);
   if (a.machine) {
     EXPECT_TRUE(d.machine);
     EXPECT_GT(d.busy_s, 0.0);
