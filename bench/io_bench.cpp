@@ -30,26 +30,26 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// The bytes every 4 KiB sector carries after its 16-byte stamp (offset, seed): one random page.
 struct Pattern {
-  uint64_t seed;
   AlignedBuffer page{kSector};
 
-  explicit Pattern(uint64_t s) : seed(s) {
-    std::mt19937_64 rng(s);
+  explicit Pattern(uint64_t page_seed) {
+    std::mt19937_64 rng(page_seed);
     auto* w = reinterpret_cast<uint64_t*>(page.data());
     for (uint64_t i = 0; i < kSector / 8; ++i) w[i] = rng();
   }
   void prepare(std::byte* buf, uint64_t bytes) const {
     for (uint64_t at = 0; at < bytes; at += kSector) std::memcpy(buf + at, page.data(), kSector);
   }
-  void stamp(std::byte* buf, uint64_t bytes, uint64_t offset) const {
+  static void stamp(std::byte* buf, uint64_t bytes, uint64_t offset, uint64_t seed) {
     for (uint64_t at = 0; at < bytes; at += kSector) {
       auto* w = reinterpret_cast<uint64_t*>(buf + at);
       w[0] = offset + at;
       w[1] = seed;
     }
   }
-  uint64_t count_wrong(const std::byte* buf, uint64_t bytes, uint64_t offset) const {
+  uint64_t count_wrong(const std::byte* buf, uint64_t bytes, uint64_t offset, uint64_t seed) const {
     uint64_t wrong = 0;
     for (uint64_t at = 0; at < bytes; at += kSector) {
       const auto* w = reinterpret_cast<const uint64_t*>(buf + at);
@@ -61,48 +61,69 @@ struct Pattern {
   }
 };
 
+// write: stamp and write every block; read: read and check every block; update: read and check
+// every block, then write it back in place stamped anew (the optimizer's traffic over its states).
+enum class Pass { write, read, update };
+
 struct Phase {
-  uint64_t bytes = 0, requests = 0;
+  uint64_t bytes_read = 0, bytes_written = 0, requests = 0;
   double seconds = 0;
   uint64_t wrong = 0;
+  uint64_t bytes() const { return bytes_read + bytes_written; }
 };
 
+// A request's tag: its block, whether it writes, and its buffer (fewer than 2^20: at most
+// 2 x 65535).
+constexpr int kWriteBit = 20, kBlockShift = 21;
+constexpr uint64_t kBufferMask = (uint64_t{1} << kWriteBit) - 1;
+
 // Moves blocks [0, nblocks) of the extent (or fewer if o.max_seconds runs out), keeping
-// o.queue_depth requests of o.block_bytes in flight. There are spare buffers beyond the depth:
-// completed reads are replaced first and checked after, and each checked buffer goes straight
-// back out, so checking never leaves the queue short (sequential neighbours often complete
-// together, merged).
-Phase run_phase(FileIO& io, const SwapSpace& space, IoOp op, uint64_t nblocks,
-                std::vector<std::byte*>& buffers, const Pattern& pattern, const IoBenchOptions& o) {
+// o.queue_depth requests of o.block_bytes in flight. Reads are checked against `seed_in`, writes
+// stamped with `seed_out`. There are spare buffers beyond the depth: completed reads are
+// replaced first and checked after, and each checked buffer goes straight back out, so checking
+// never leaves the queue short (sequential neighbours often complete together, merged). An
+// update's write-backs go out before new reads.
+Phase run_phase(FileIO& io, const SwapSpace& space, Pass pass, uint64_t nblocks,
+                std::vector<std::byte*>& buffers, const Pattern& pattern, uint64_t seed_in,
+                uint64_t seed_out, const IoBenchOptions& o) {
   const uint64_t block = o.block_bytes;
   const int depth = o.queue_depth;
   const double max_seconds = o.max_seconds;
   const SwapExtent& extent = space.extent("bench");
+  STRATA_CHECK(buffers.size() <= kBufferMask, "bench::io", buffers.size(), " staging buffers");
   Phase phase;
-  std::vector<uint32_t> free_buffers;
+  std::vector<uint32_t> free_buffers, to_write;
+  std::vector<uint64_t> block_of(buffers.size());
   for (uint32_t i = 0; i < buffers.size(); ++i) free_buffers.push_back(uint32_t(buffers.size()) - 1 - i);
   std::vector<IoRequest> batch;
   std::vector<IoCompletion> done;
   uint64_t next = 0;
   bool out_of_time = false;
+  auto request = [&](IoOp op, uint32_t b, uint64_t blk) {
+    const uint64_t tag = (blk << kBlockShift) | (uint64_t(op == IoOp::write) << kWriteBit) | b;
+    batch.push_back(IoRequest{op, space.file(), extent.offset + blk * block, buffers[b], block, tag});
+  };
   auto refill = [&] {
     batch.clear();
-    while (!free_buffers.empty() && io.pending() + batch.size() < size_t(depth) &&
-           next < nblocks && !out_of_time) {
+    auto room = [&] { return io.pending() + batch.size() < size_t(depth); };
+    while (!to_write.empty() && room()) {
+      request(IoOp::write, to_write.back(), block_of[to_write.back()]);
+      to_write.pop_back();
+    }
+    while (!free_buffers.empty() && room() && next < nblocks && !out_of_time) {
       uint32_t b = free_buffers.back();
       free_buffers.pop_back();
-      uint64_t offset = next * block;
-      if (op == IoOp::write) pattern.stamp(buffers[b], block, offset);
-      batch.push_back(IoRequest{op, space.file(), extent.offset + offset, buffers[b], block,
-                                (next << 16) | b});
+      if (pass == Pass::write) Pattern::stamp(buffers[b], block, next * block, seed_out);
+      request(pass == Pass::write ? IoOp::write : IoOp::read, b, next);
       ++next;
     }
     if (!batch.empty()) io.submit(batch);
   };
-  const std::string waiting = str("strata bench io: a ", op == IoOp::write ? "write" : "read",
+  const char* what = pass == Pass::write ? "write" : pass == Pass::read ? "read" : "update";
+  const std::string waiting = str("strata bench io: ", pass == Pass::update ? "an " : "a ", what,
                                   " of ", format_bytes(block), " blocks");
   auto t0 = std::chrono::steady_clock::now();
-  while (next < nblocks || io.pending()) {
+  while (next < nblocks || io.pending() || !to_write.empty()) {
     refill();
     done.clear();
     {
@@ -111,18 +132,29 @@ Phase run_phase(FileIO& io, const SwapSpace& space, IoOp op, uint64_t nblocks,
     }
     refill();
     for (const IoCompletion& c : done) {
-      uint32_t b = uint32_t(c.tag & 0xffff);
-      if (op == IoOp::read && (c.tag >> 16) == o.test_corrupt_block)
-        buffers[b][o.test_corrupt_byte % block] ^= std::byte{1};
-      if (op == IoOp::read)
-        phase.wrong += pattern.count_wrong(buffers[b], block, (c.tag >> 16) * block);
-      phase.bytes += c.bytes;
+      const auto b = uint32_t(c.tag & kBufferMask);
+      const uint64_t blk = c.tag >> kBlockShift;
+      if ((c.tag >> kWriteBit) & 1) {
+        phase.bytes_written += c.bytes;
+        free_buffers.push_back(b);
+      } else {
+        if (pass == Pass::read && blk == o.test_corrupt_block)
+          buffers[b][o.test_corrupt_byte % block] ^= std::byte{1};
+        phase.wrong += pattern.count_wrong(buffers[b], block, blk * block, seed_in);
+        phase.bytes_read += c.bytes;
+        if (pass == Pass::update) {
+          Pattern::stamp(buffers[b], block, blk * block, seed_out);
+          block_of[b] = blk;
+          to_write.push_back(b);
+        } else {
+          free_buffers.push_back(b);
+        }
+      }
       ++phase.requests;
-      free_buffers.push_back(b);
       if (io.pending() < size_t(depth)) refill();
     }
     if (max_seconds > 0 && !out_of_time && seconds_since(t0) > max_seconds) out_of_time = true;
-    if (out_of_time && !io.pending()) break;
+    if (out_of_time && !io.pending() && to_write.empty()) break;
   }
   phase.seconds = seconds_since(t0);
   return phase;
@@ -174,10 +206,17 @@ nlohmann::json run_io_bench(const IoBenchOptions& o) {
     io->register_buffers(regions);
   }
 
-  Pattern pattern(std::random_device{}() ^ uint64_t(std::chrono::steady_clock::now().time_since_epoch().count()));
+  const uint64_t seed =
+      std::random_device{}() ^ uint64_t(std::chrono::steady_clock::now().time_since_epoch().count());
+  const Pattern pattern(seed);
   pattern.prepare(staging.data(), staging.size());
-  Phase w = run_phase(*io, space, IoOp::write, nblocks, buffers, pattern, o);
-  Phase r = run_phase(*io, space, IoOp::read, w.requests, buffers, pattern, o);
+  const uint64_t updated_seed = ~seed;  // what the update pass stamps, the read checks after it
+  Phase w = run_phase(*io, space, Pass::write, nblocks, buffers, pattern, 0, seed, o);
+  Phase u;
+  if (o.update)
+    u = run_phase(*io, space, Pass::update, w.requests, buffers, pattern, seed, updated_seed, o);
+  Phase r = run_phase(*io, space, Pass::read, w.requests, buffers, pattern,
+                      o.update ? updated_seed : seed, 0, o);
   const IoStats& s = io->stats();
 
   nlohmann::json j;
@@ -199,15 +238,23 @@ nlohmann::json run_io_bench(const IoBenchOptions& o) {
                   {"files_registered", io->file_registered(space.file())},
                   {"fixed_chunks", s.fixed_chunks},
                   {"chunks", s.chunks}};
-  j["bytes_written"] = w.bytes;
-  j["bytes_read"] = r.bytes;
+  j["pattern"] = o.update ? "update" : "sequential";
+  j["bytes_written"] = w.bytes_written;
+  j["bytes_read"] = r.bytes_read;
   j["write_seconds"] = round3(w.seconds);
   j["read_seconds"] = round3(r.seconds);
-  j["write_gbps"] = round3(gbps(w.bytes, w.seconds));
-  j["read_gbps"] = round3(gbps(r.bytes, r.seconds));
+  j["write_gbps"] = round3(gbps(w.bytes_written, w.seconds));
+  j["read_gbps"] = round3(gbps(r.bytes_read, r.seconds));
   j["write_iops"] = std::round(w.requests / std::max(w.seconds, 1e-9));
   j["read_iops"] = std::round(r.requests / std::max(r.seconds, 1e-9));
-  j["wrong"] = r.wrong;
+  if (o.update)
+    j["update"] = {{"bytes_read", u.bytes_read},
+                   {"bytes_written", u.bytes_written},
+                   {"seconds", round3(u.seconds)},
+                   {"gbps", round3(gbps(u.bytes(), u.seconds))},
+                   {"read_gbps", round3(gbps(u.bytes_read, u.seconds))},
+                   {"write_gbps", round3(gbps(u.bytes_written, u.seconds))}};
+  j["wrong"] = u.wrong + r.wrong;
   j["requeued"] = s.requeued;
   j["resubmitted"] = s.resubmitted;
   return j;
@@ -307,6 +354,16 @@ std::string format_io_bench(const nlohmann::json& j) {
                   j["write_gbps"].get<double>(), j["write_iops"].get<double>(),
                   format_bytes(j["bytes_written"]).c_str(), j["write_seconds"].get<double>());
     out += line;
+    if (j.contains("update")) {
+      const auto& u = j["update"];
+      std::snprintf(line, sizeof line,
+                    "  update %7.3f GB/s read and written (%s read, %s written in %.2f s: "
+                    "read %.3f, write %.3f GB/s)\n",
+                    u["gbps"].get<double>(), format_bytes(u["bytes_read"]).c_str(),
+                    format_bytes(u["bytes_written"]).c_str(), u["seconds"].get<double>(),
+                    u["read_gbps"].get<double>(), u["write_gbps"].get<double>());
+      out += line;
+    }
     std::snprintf(line, sizeof line, "  read  %8.3f GB/s %9.0f IOPS  (%s in %.2f s)\n",
                   j["read_gbps"].get<double>(), j["read_iops"].get<double>(),
                   format_bytes(j["bytes_read"]).c_str(), j["read_seconds"].get<double>());

@@ -2,6 +2,9 @@
 // through FileIO (O_DIRECT where the file system allows it, so the page cache cannot serve the
 // reads), with every block read back checked; and a sweep over block sizes and queue depths
 // that recommends io.block_size and io.queue_depth.
+// With `update`, an update pass runs between the write and the read: every block read, checked
+// and written back in place, stamped anew — the optimizer's traffic over its states on NVMe,
+// whose rate some disks give only while the space is small (a VM host's cache of its disk).
 //
 // Figures are decimal GB/s (1e9 bytes per second, as fio prints "GB/s"), over the whole phase
 // from the first submission to the last completion. `wrong` counts 4 KiB sectors read back with
@@ -31,13 +34,14 @@ struct IoBenchOptions {
   // else transparent huge pages, else 4K), "thp" (skip hugetlb) or "none" (4K pages).
   std::string pages = "auto";
   bool register_buffers = true;        // register the staging memory with io_uring (fixed buffers)
+  bool update = false;                 // the update pass between the write and the read
   // Tests only: flips one byte of this block's buffer after it is read back, before its check
   // (the check must count that sector wrong). UINT64_MAX: none.
   uint64_t test_corrupt_block = UINT64_MAX;
   uint64_t test_corrupt_byte = 0;      // offset of the flipped byte within the block
 };
 
-// One write + read pass. Throws strata::Error on I/O errors; a non-zero `wrong` is reported,
+// One write + read pass (write + update + read with `update`). Throws strata::Error on I/O errors; a non-zero `wrong` is reported,
 // not thrown (the caller decides).
 nlohmann::json run_io_bench(const IoBenchOptions& options);
 

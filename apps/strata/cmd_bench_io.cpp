@@ -21,7 +21,7 @@ struct BenchIoArgs {
   int qd = 32;
   std::string backend = "auto";
   bool json = false, sweep = false, no_huge_pages = false, no_register = false;
-  std::string pages = "auto";
+  std::string pages = "auto", pattern = "sequential";
   double seconds = 2.0;
   std::string trace;
 };
@@ -36,7 +36,10 @@ void run(const BenchIoArgs& a) {
   o.backend = a.backend;
   o.pages = a.no_huge_pages ? "none" : a.pages;
   o.register_buffers = !a.no_register;
+  o.update = a.pattern == "update";
   nlohmann::json result;
+  if (a.sweep && o.update)
+    fail("bench::io", "--sweep runs the sequential pattern only", "drop --pattern update or --sweep");
   if (a.sweep) {
     IoSweepOptions s;
     s.base = o;
@@ -75,6 +78,11 @@ void register_bench_io(CLI::App& bench) {
       ->check(CLI::IsMember({"auto", "uring", "posix"}))
       ->capture_default_str();
   cmd->add_option("--stripe", args->stripe, "stripe size across --dir directories (io.stripe_size)")
+      ->capture_default_str();
+  cmd->add_option("--pattern", args->pattern,
+                  "sequential (write, then read) or update (write, then read each block and "
+                  "write it back in place, then read): the optimizer's traffic over its states")
+      ->check(CLI::IsMember({"sequential", "update"}))
       ->capture_default_str();
   cmd->add_flag("--sweep", args->sweep, "sweep block sizes 128K..8M and depths 1..64");
   cmd->add_option("--seconds", args->seconds, "sweep: time cap per phase and point")

@@ -1,7 +1,9 @@
 // tests/bench/test_io_bench.cpp — `strata bench io`'s pass (bench/io_bench.h) over real files:
 // on each backend it writes and reads back every byte asked for with nothing counted wrong; a
 // byte flipped in one read-back block, in a sector's stamp or in its pattern bytes, is counted
-// as one wrong sector; and a queue of one request with its one spare buffer finishes.
+// as one wrong sector; and a queue of one request with its one spare buffer finishes. The update
+// pattern reads, checks and rewrites every block in place (the read after it checks the new
+// stamps, so a block not rewritten would count wrong), one request deep too.
 #include <string>
 
 #include "bench/io_bench.h"
@@ -52,6 +54,25 @@ TEST_P(IoBenchTest, OneRequestDeepWithOneSpareBufferFinishes) {
     EXPECT_EQ(r["bytes_read"], 4 * MiB);
     EXPECT_EQ(r["wrong"], 0);
   });
+}
+
+TEST_P(IoBenchTest, TheUpdatePassRewritesEveryBlockInPlace) {
+  IoBenchOptions o = options(16 * MiB, 8);
+  o.update = true;
+  const nlohmann::json r = run_io_bench(o);
+  EXPECT_EQ(r["pattern"], "update");
+  EXPECT_EQ(r["bytes_written"], 16 * MiB);
+  EXPECT_EQ(r["update"]["bytes_read"], 16 * MiB);
+  EXPECT_EQ(r["update"]["bytes_written"], 16 * MiB);
+  EXPECT_EQ(r["bytes_read"], 16 * MiB);
+  EXPECT_EQ(r["wrong"], 0);
+  EXPECT_GT(r["update"]["gbps"].get<double>(), 0);
+  o.test_corrupt_block = 11;
+  o.test_corrupt_byte = 7 * 4096 + 3;  // sector 7's stamp, as read after the update
+  EXPECT_EQ(run_io_bench(o)["wrong"], 1);
+  o.queue_depth = 1;
+  o.test_corrupt_block = UINT64_MAX;
+  test::within(60, [&] { EXPECT_EQ(run_io_bench(o)["wrong"], 0); });
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, IoBenchTest, ::testing::Values("uring", "posix"),
