@@ -53,6 +53,8 @@ expect_error "dtype"              train --set train.steps=1 --out "$work/out" --
 printf '{"version": 1, "machines": {' >"$work/rates.json"
 expect_error "$work/rates.json"   plan --auto --rates "$work/rates.json"
 expect_error "rm '$work/rates.json'" train --set offload.optimizer=auto --rates "$work/rates.json"
+# The update pattern is not swept (and nothing is written: the check comes first).
+expect_error "drop --pattern update" bench io --dir "$work/io" --sweep --pattern update
 
 if [ $failures -ne 0 ]; then
   echo "$failures case(s) failed"
