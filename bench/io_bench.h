@@ -35,8 +35,8 @@ struct IoBenchOptions {
   std::string pages = "auto";
   bool register_buffers = true;        // register the staging memory with io_uring (fixed buffers)
   bool update = false;                 // the update pass between the write and the read
-  // Tests only: flips one byte of this block's buffer after it is read back, before its check
-  // (the check must count that sector wrong). UINT64_MAX: none.
+  // Tests only: flips one byte of this block's buffer after the read pass reads it back (not the
+  // update pass), before its check (the check must count that sector wrong). UINT64_MAX: none.
   uint64_t test_corrupt_block = UINT64_MAX;
   uint64_t test_corrupt_byte = 0;      // offset of the flipped byte within the block
 };
