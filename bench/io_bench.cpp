@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <utility>
 
 #include "core/error.h"
 #include "core/size.h"
@@ -92,8 +93,8 @@ Phase run_phase(FileIO& io, const SwapSpace& space, Pass pass, uint64_t nblocks,
   const SwapExtent& extent = space.extent("bench");
   STRATA_CHECK(buffers.size() <= kBufferMask, "bench::io", buffers.size(), " staging buffers");
   Phase phase;
-  std::vector<uint32_t> free_buffers, to_write;
-  std::vector<uint64_t> block_of(buffers.size());
+  std::vector<uint32_t> free_buffers;
+  std::vector<std::pair<uint32_t, uint64_t>> to_write;  // update: (buffer, block) read, restamped
   for (uint32_t i = 0; i < buffers.size(); ++i) free_buffers.push_back(uint32_t(buffers.size()) - 1 - i);
   std::vector<IoRequest> batch;
   std::vector<IoCompletion> done;
@@ -107,7 +108,7 @@ Phase run_phase(FileIO& io, const SwapSpace& space, Pass pass, uint64_t nblocks,
     batch.clear();
     auto room = [&] { return io.pending() + batch.size() < size_t(depth); };
     while (!to_write.empty() && room()) {
-      request(IoOp::write, to_write.back(), block_of[to_write.back()]);
+      request(IoOp::write, to_write.back().first, to_write.back().second);
       to_write.pop_back();
     }
     while (!free_buffers.empty() && room() && next < nblocks && !out_of_time) {
@@ -144,8 +145,7 @@ Phase run_phase(FileIO& io, const SwapSpace& space, Pass pass, uint64_t nblocks,
         phase.bytes_read += c.bytes;
         if (pass == Pass::update) {
           Pattern::stamp(buffers[b], block, blk * block, seed_out);
-          block_of[b] = blk;
-          to_write.push_back(b);
+          to_write.emplace_back(b, blk);
         } else {
           free_buffers.push_back(b);
         }

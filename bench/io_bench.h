@@ -41,8 +41,8 @@ struct IoBenchOptions {
   uint64_t test_corrupt_byte = 0;      // offset of the flipped byte within the block
 };
 
-// One write + read pass (write + update + read with `update`). Throws strata::Error on I/O errors; a non-zero `wrong` is reported,
-// not thrown (the caller decides).
+// One write + read pass (write + update + read with `update`). Throws strata::Error on I/O
+// errors; a non-zero `wrong` is reported, not thrown (the caller decides).
 nlohmann::json run_io_bench(const IoBenchOptions& options);
 
 struct IoSweepOptions {
