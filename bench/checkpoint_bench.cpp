@@ -42,6 +42,7 @@ nlohmann::json run_checkpoint_bench(const CheckpointBenchOptions& o) {
   io.size_bytes = (io.size_bytes + (1u << 20) - 1) / (1u << 20) * (1u << 20);
   io.block_bytes = cfg.io.block_size;
   io.queue_depth = cfg.io.queue_depth;
+  io.submit_batch = cfg.io.submit_batch;
   io.backend = cfg.io.backend;
   nlohmann::json disk = run_io_bench(io);
   if (disk.value("wrong", 0) != 0) fail("bench::checkpoint", "the io bench read back wrong bytes");

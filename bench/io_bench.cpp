@@ -185,6 +185,7 @@ nlohmann::json run_io_bench(const IoBenchOptions& o) {
   io_options.backend = o.backend;
   io_options.queue_depth = o.queue_depth;
   io_options.block_size = o.block_bytes;
+  io_options.submit_batch = o.submit_batch;
   io_options.name = "bench";
   auto io = make_file_io(io_options, o.dirs);
   SwapSpace space(*io, SwapSpaceOptions{o.dirs, nblocks * o.block_bytes, o.stripe_bytes, "bench"});
@@ -227,6 +228,7 @@ nlohmann::json run_io_bench(const IoBenchOptions& o) {
   j["size_bytes"] = nblocks * o.block_bytes;
   j["block_bytes"] = o.block_bytes;
   j["queue_depth"] = o.queue_depth;
+  j["submit_batch"] = o.submit_batch;
   j["stripe_bytes"] = o.stripe_bytes;
   j["alignment"] = {{"memory", align.memory}, {"offset", align.offset}};
   j["buffers"] = {{"pages", std::string(page_kind_name(staging.pages()))},
@@ -347,7 +349,7 @@ std::string format_io_bench(const nlohmann::json& j) {
     for (const auto& d : j["dirs"]) out += " " + d.get<std::string>();
     out += str("\n  size ", format_bytes(j["size_bytes"]), ", block ",
                format_bytes(j["block_bytes"]), ", queue depth ", j["queue_depth"].get<int>(),
-               ", stripe ", format_bytes(j["stripe_bytes"]), ", alignment ",
+               ", submit batch ", j.value("submit_batch", 0), ", stripe ", format_bytes(j["stripe_bytes"]), ", alignment ",
                j["alignment"]["offset"].get<int>(), "\n");
     char line[256];
     std::snprintf(line, sizeof line, "  write %8.3f GB/s %9.0f IOPS  (%s in %.2f s)\n",

@@ -108,6 +108,7 @@ IoBenchOptions nvme_bench_options(const Config& c, uint64_t bytes) {
   io.size_bytes = bytes;
   io.block_bytes = c.io.block_size;
   io.queue_depth = c.io.queue_depth;
+  io.submit_batch = c.io.submit_batch;
   io.backend = c.io.backend;
   io.stripe_bytes = c.io.stripe_size;
   return io;

@@ -50,6 +50,7 @@ CheckpointWriter::CheckpointWriter(Communicator& comm, CheckpointWriterOptions o
   io.backend = opt_.io_backend;
   io.queue_depth = opt_.io_queue_depth;
   io.block_size = opt_.io_block_size;
+  io.submit_batch = opt_.io_submit_batch;
   io.name = "checkpoint";
   fio_ = make_file_io_with_faults(io, std::vector<std::string>{opt_.root},
                                   opt_.test_hooks ? &opt_.test_hooks->checkpoint_io_faults : nullptr);

@@ -54,6 +54,7 @@ struct CheckpointWriterOptions {
   std::string io_backend = "auto";
   int io_queue_depth = 32;
   uint64_t io_block_size = 1u << 20;
+  int io_submit_batch = kDefaultSubmitBatch;
   // Tests only (engine/test_hooks.h: faults in the file writes, a callback at each phase of a
   // save); null in a real run.
   std::shared_ptr<const TestHooks> test_hooks;

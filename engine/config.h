@@ -14,6 +14,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "io/file_io.h"  // kDefaultSubmitBatch
 #include "kernels/rope_tables.h"
 #include "offload/placement.h"  // Tier
 
@@ -151,6 +152,7 @@ struct IoConfig {
   std::string backend = "auto";       // auto | uring | posix
   int queue_depth = 32;
   uint64_t block_size = 1ull << 20;
+  int submit_batch = kDefaultSubmitBatch;  // io_uring entries per io_uring_enter (io/file_io.h)
   uint64_t stripe_size = 1ull << 20;  // bytes per stripe across several nvme_path directories
 };
 

@@ -438,6 +438,7 @@ struct Trainer::Impl {
       wo.io_backend = cfg.io.backend;
       wo.io_queue_depth = cfg.io.queue_depth;
       wo.io_block_size = cfg.io.block_size;
+      wo.io_submit_batch = cfg.io.submit_batch;
       wo.test_hooks = opt.test_hooks;
       writer = std::make_unique<CheckpointWriter>(*ckpt_comm, wo);
     }

@@ -146,6 +146,7 @@ ZeroOptions zero_options(const Config& cfg) {
   zo.io_backend = cfg.io.backend;
   zo.io_queue_depth = cfg.io.queue_depth;
   zo.io_block_size = cfg.io.block_size;
+  zo.io_submit_batch = cfg.io.submit_batch;
   zo.io_stripe_size = cfg.io.stripe_size;
   zo.timeout_s = cfg.parallel.timeout;
   zo.overlap_optimizer = cfg.offload.overlap_optimizer;
@@ -201,6 +202,7 @@ ZeroEngine::Impl::Impl(const LlamaModel& model, Device& device, Communicator& dp
     io.backend = opt_.io_backend;
     io.queue_depth = opt_.io_queue_depth;
     io.block_size = opt_.io_block_size;
+    io.submit_batch = opt_.io_submit_batch;
     io.name = "nvme";
     io_ = make_file_io_with_faults(io, opt_.nvme_path,
                                    opt_.test_hooks ? &opt_.test_hooks->io_faults : nullptr);

@@ -64,6 +64,7 @@ struct ZeroOptions {
   std::string io_backend = "auto";
   int io_queue_depth = 32;
   uint64_t io_block_size = 1ull << 20;
+  int io_submit_batch = kDefaultSubmitBatch;
   uint64_t io_stripe_size = 1ull << 20;
   double timeout_s = 600;           // parallel.timeout: bound of every swapper and pool wait
   // This rank in the whole job, for the names of its swap files (strata-<pid>-rank<R>-<i>.swap);

@@ -74,7 +74,9 @@ class IoBackend {
 
 // io_uring (io/uring_backend.cpp, or the io/no_uring.cpp stub that throws "not built with
 // io_uring"). Throws where the kernel refuses io_uring or lacks the read/write opcodes.
-std::unique_ptr<IoBackend> make_uring_backend(int queue_depth);
+// submit_batch: entries handed to the kernel per io_uring_enter (io/file_io.h says why few).
+std::unique_ptr<IoBackend> make_uring_backend(int queue_depth,
+                                              int submit_batch = kDefaultSubmitBatch);
 bool uring_compiled();
 // pread/pwrite on a pool of min(queue_depth, 64) threads.
 std::unique_ptr<IoBackend> make_posix_backend(int queue_depth);

@@ -111,7 +111,7 @@ std::unique_ptr<FileIO> make_file_io(const IoOptions& options, std::span<const s
   }
   std::unique_ptr<IoBackend> backend;
   if (kind == "uring") {
-    backend = make_uring_backend(opts.queue_depth);
+    backend = make_uring_backend(opts.queue_depth, opts.submit_batch);
     if (!refused.empty()) {
       log_warn_once("io.fallback", "io", "O_DIRECT refused in ", refused,
                     ": io_uring goes through the page cache");
@@ -126,7 +126,7 @@ std::unique_ptr<FileIO> make_file_io(const IoOptions& options, std::span<const s
     backend = make_posix_backend(opts.queue_depth);
   } else {
     try {
-      backend = make_uring_backend(opts.queue_depth);
+      backend = make_uring_backend(opts.queue_depth, opts.submit_batch);
     } catch (const Error& e) {
       log_warn_once("io.fallback", "io", "io_uring unavailable (", e.what_failed(),
                     "): using the POSIX backend");
@@ -134,7 +134,8 @@ std::unique_ptr<FileIO> make_file_io(const IoOptions& options, std::span<const s
     }
   }
   log_debug("io", "backend ", backend->name(), ", O_DIRECT ", opts.direct ? "on" : "off",
-            ", queue depth ", opts.queue_depth, ", block ", opts.block_size);
+            ", queue depth ", opts.queue_depth, ", block ", opts.block_size, ", submit batch ",
+            opts.submit_batch);
   return std::make_unique<FileIO>(std::move(backend), std::move(opts));
 }
 

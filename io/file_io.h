@@ -51,10 +51,20 @@ namespace strata {
 class IoBackend;
 struct RawResult;
 
+// Chunks handed to the kernel per io_uring_enter (io.submit_batch). The kernel plugs a
+// submission of more than two entries, and the plug merges neighbouring chunks into one request
+// of up to the disk's max_sectors_kb: io.block_size then no longer says what the disk sees. On a
+// virtio disk, 1M chunks submitted up to 32 at a time reached it as 4M requests, 7-9 in flight
+// instead of 27, and moved 7-10 % less than the same chunks two at a time
+// (bench/results/cpu-xeon-2core-2026-12-06-submit-batch.md). Larger batches save system calls
+// where chunks are small.
+inline constexpr int kDefaultSubmitBatch = 2;
+
 struct IoOptions {
   std::string backend = "auto";      // auto | uring | posix (auto: io_uring + O_DIRECT when allowed)
   int queue_depth = 32;              // chunks in flight
   uint64_t block_size = 1ull << 20;  // largest chunk; a multiple of 4096
+  int submit_batch = kDefaultSubmitBatch;  // io_uring: entries per io_uring_enter (above)
   bool direct = true;                // O_DIRECT where the file system allows it
   std::string name = "io";           // trace track "io:<name>" and log prefix
 };

@@ -7,7 +7,7 @@ namespace strata {
 
 bool uring_compiled() { return false; }
 
-std::unique_ptr<IoBackend> make_uring_backend(int) {
+std::unique_ptr<IoBackend> make_uring_backend(int, int) {
   fail("io::uring", "not built with io_uring",
        "install liburing-dev (apt-get install -y liburing-dev) and rebuild, or use io.backend=posix");
 }

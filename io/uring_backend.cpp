@@ -1,5 +1,6 @@
 // io/uring_backend.cpp — the io_uring backend: one ring of queue_depth entries, files in a
-// registered (fixed) table, staging buffers registered once, one io_uring_enter per batch.
+// registered (fixed) table, staging buffers registered once, one io_uring_enter per
+// io.submit_batch entries (io/file_io.h says why few).
 //
 // It moves chunks and reports raw results; requeueing, short transfers and errors are FileIO's
 // (io/file_io.cpp). No SQPOLL: a kernel thread spinning per ring costs a core, and this machine
@@ -25,7 +26,11 @@ constexpr uint64_t kRetired = ~uint64_t(0);  // user data of entries retired aft
 
 class UringBackend final : public IoBackend {
  public:
-  explicit UringBackend(int queue_depth) : depth_(unsigned(queue_depth)) {
+  UringBackend(int queue_depth, int submit_batch)
+      : depth_(unsigned(queue_depth)), submit_batch_(size_t(submit_batch)) {
+    if (submit_batch < 1 || submit_batch > 4096)
+      fail("io::uring", str("submit batch ", submit_batch, " is out of range 1..4096"),
+           "set io.submit_batch between 1 and 4096");
     // SUBMIT_ALL keeps submitting a batch past an SQE that fails early (its error arrives as a
     // CQE like any other). COOP_TASKRUN: the kernel hands completions to the submitting thread
     // at its next entry into the kernel (or wakes it if it sleeps) instead of interrupting it
@@ -135,13 +140,15 @@ class UringBackend final : public IoBackend {
     return true;
   }
 
-  // Prepares an entry per op and hands them to the kernel in one io_uring_enter. Entries an
+  // Prepares an entry per op and hands them to the kernel, one io_uring_enter per submit_batch_
+  // entries (the kernel merges neighbours in a larger one: io/backend.h). Entries an
   // enter leaves queued (-EAGAIN/-EBUSY, or a kernel that stops at a failing entry) stay
   // accepted: the next enter (reap() makes one) submits them. When the enter fails outright, the
   // entries of this batch the kernel did not take are retired and the call throws, so exactly
   // the accepted prefix is counted in flight (io/backend.h).
   void submit(std::span<const RawOp> ops) override {
-    size_t queued = 0;  // entries of this batch prepared so far
+    size_t queued = 0;   // entries of this batch prepared so far
+    size_t entered = 0;  // of them, handed to the kernel
     for (const RawOp& op : ops) {
       io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
       if (!sqe) {  // entries left behind by earlier enters (-EAGAIN/-EBUSY) fill the ring
@@ -170,8 +177,12 @@ class UringBackend final : public IoBackend {
       io_uring_sqe_set_data64(sqe, op.id);
       ++queued;
       ++in_flight_;
+      if (queued - entered == submit_batch_) {
+        enter(queued);
+        entered = queued;
+      }
     }
-    enter(queued);
+    if (entered < queued || ops.empty()) enter(queued);
   }
 
   size_t reap(std::span<RawResult> out, size_t min_results) override {
@@ -250,6 +261,7 @@ class UringBackend final : public IoBackend {
   io_uring ring_{};
   bool ring_ok_ = false;
   unsigned depth_;
+  size_t submit_batch_;  // entries per io_uring_enter
   bool fixed_files_ = false;
   bool buffers_ = false;
   std::vector<bool> slot_used_;
@@ -262,8 +274,8 @@ class UringBackend final : public IoBackend {
 
 bool uring_compiled() { return true; }
 
-std::unique_ptr<IoBackend> make_uring_backend(int queue_depth) {
-  return std::make_unique<UringBackend>(queue_depth);
+std::unique_ptr<IoBackend> make_uring_backend(int queue_depth, int submit_batch) {
+  return std::make_unique<UringBackend>(queue_depth, submit_batch);
 }
 
 }  // namespace strata

@@ -19,6 +19,7 @@ struct BenchIoArgs {
   std::vector<std::string> dirs;
   std::string size, block = "1M", stripe = "1M";
   int qd = 32;
+  int submit_batch = kDefaultSubmitBatch;
   std::string backend = "auto";
   bool json = false, sweep = false, no_huge_pages = false, no_register = false;
   std::string pages = "auto", pattern = "sequential";
@@ -33,6 +34,7 @@ void run(const BenchIoArgs& a) {
   o.block_bytes = parse_bytes(a.block, "--block");
   o.stripe_bytes = parse_bytes(a.stripe, "--stripe");
   o.queue_depth = a.qd;
+  o.submit_batch = a.submit_batch;
   o.backend = a.backend;
   o.pages = a.no_huge_pages ? "none" : a.pages;
   o.register_buffers = !a.no_register;
@@ -74,6 +76,10 @@ void register_bench_io(CLI::App& bench) {
   cmd->add_option("--block", args->block, "bytes per request (io.block_size)")
       ->capture_default_str();
   cmd->add_option("--qd", args->qd, "requests in flight (io.queue_depth)")->capture_default_str();
+  cmd->add_option("--submit-batch", args->submit_batch,
+                  "io_uring: requests per system call (io.submit_batch)")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
   cmd->add_option("--backend", args->backend, "auto | uring | posix (io.backend)")
       ->check(CLI::IsMember({"auto", "uring", "posix"}))
       ->capture_default_str();

@@ -142,6 +142,7 @@ TEST(Config, HugeValuesAreRangeErrors) {
   EXPECT_ERROR_HAS(load_config("", {"offload.device_mem_limit=18446744073709551615"}),
                    "offload.device_mem_limit = 18446744073709551615", "allowed: [0, 1024T]");
   EXPECT_ERROR_HAS(load_config("", {"io.queue_depth=4097"}), "io.queue_depth", "[1, 4096]");
+  EXPECT_ERROR_HAS(load_config("", {"io.submit_batch=0"}), "io.submit_batch", "[1, 4096]");
   EXPECT_ERROR_HAS(load_config("", {"model.dim=2147483648"}), "model.dim = 2147483648",
                    "[1, 65536]");
   // The bounds themselves are allowed.

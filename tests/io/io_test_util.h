@@ -66,10 +66,11 @@ inline int64_t check_pattern(const void* src, uint64_t bytes, uint64_t seed, uin
 // EACCES; ENOMEM under a low locked-memory limit), or a kernel without IORING_OP_READ/WRITE. Any
 // other failure to make the ring is a regression and propagates (the test fails).
 inline std::unique_ptr<IoBackend> backend_or_skip(const std::string& kind, int depth,
-                                                  std::string* skip_reason) {
+                                                  std::string* skip_reason,
+                                                  int submit_batch = kDefaultSubmitBatch) {
   if (kind == "posix") return make_posix_backend(depth);
   try {
-    return make_uring_backend(depth);
+    return make_uring_backend(depth, submit_batch);
   } catch (const Error& e) {
     const std::string what = e.what();
     bool environment =

@@ -343,39 +343,42 @@ INSTANTIATE_TEST_SUITE_P(Backends, FaultTest, ::testing::Values("uring", "posix"
 
 // io_uring when the kernel refuses io_uring_enter after the ring was set up: the entries it
 // never took are retired, nothing is counted in flight, the requests fail with the kernel's
-// answer, and the FileIO does not hang.
+// answer, and the FileIO does not hang. With io.submit_batch 8 the four chunks go in one enter;
+// with the default 2 the first enter is refused and the two chunks after it are never handed over.
 TEST(UringRefusedDeathTest, RefusedEnterFailsTheBatchAndCountsNothing) {
   if (!uring_compiled()) GTEST_SKIP() << "not built with io_uring";
   std::string why;
   if (!test::backend_or_skip("uring", 8, &why)) GTEST_SKIP() << why;
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   std::string dir = test::fresh_work_dir();
-  EXPECT_EXIT(
-      {
-        IoOptions o;
-        o.queue_depth = 8;
-        o.block_size = kBlock;
-        FileIO io(make_uring_backend(8), o);
-        int f = io.open(FileSpec{{dir + "/refused.bin"}});
-        AlignedBuffer buf(4 * kBlock);
-        io.run(std::vector<IoRequest>{{IoOp::write, f, 0, buf.data(), buf.size(), 1}});
-        if (!test::refuse_syscall(__NR_io_uring_enter, EPERM)) std::_Exit(20);
-        std::vector<IoRequest> reqs;
-        for (int i = 0; i < 4; ++i)
-          reqs.push_back({IoOp::read, f, i * kBlock, buf.data() + i * kBlock, kBlock, uint64_t(i)});
-        for (int round = 0; round < 2; ++round) {
-          try {
-            io.run(reqs);
-            std::_Exit(21);
-          } catch (const Error& e) {
-            if (io.pending() != 0) std::_Exit(22);
-            std::fprintf(stderr, "%s\n", e.what());
-          }
-        }
-        std::_Exit(0);
-      },
-      ::testing::ExitedWithCode(0),
-      "refused 4 of 4 chunk.*io_uring_submit refused 4 entries.*EPERM");
+  auto refused_run = [&](int submit_batch) {
+    IoOptions o;
+    o.queue_depth = 8;
+    o.block_size = kBlock;
+    o.submit_batch = submit_batch;
+    FileIO io(make_uring_backend(8, submit_batch), o);
+    int f = io.open(FileSpec{{dir + "/refused.bin"}});
+    AlignedBuffer buf(4 * kBlock);
+    io.run(std::vector<IoRequest>{{IoOp::write, f, 0, buf.data(), buf.size(), 1}});
+    if (!test::refuse_syscall(__NR_io_uring_enter, EPERM)) std::_Exit(20);
+    std::vector<IoRequest> reqs;
+    for (int i = 0; i < 4; ++i)
+      reqs.push_back({IoOp::read, f, i * kBlock, buf.data() + i * kBlock, kBlock, uint64_t(i)});
+    for (int round = 0; round < 2; ++round) {
+      try {
+        io.run(reqs);
+        std::_Exit(21);
+      } catch (const Error& e) {
+        if (io.pending() != 0) std::_Exit(22);
+        std::fprintf(stderr, "%s\n", e.what());
+      }
+    }
+    std::_Exit(0);
+  };
+  EXPECT_EXIT(refused_run(8), ::testing::ExitedWithCode(0),
+              "refused 4 of 4 chunk.*io_uring_submit refused 4 entries.*EPERM");
+  EXPECT_EXIT(refused_run(kDefaultSubmitBatch), ::testing::ExitedWithCode(0),
+              "refused 4 of 4 chunk.*io_uring_submit refused 2 entries.*EPERM");
 }
 
 }  // namespace

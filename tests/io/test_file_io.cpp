@@ -275,6 +275,56 @@ TEST_P(FileIOTest, StripesOverTwoDirectories) {
     EXPECT_EQ(check_pattern(bufs[i].data(), bufs[i].size(), 21, offs[i]), -1) << "at " << offs[i];
 }
 
+// io.submit_batch: however many entries go to the kernel per io_uring_enter (one, two, a
+// number that leaves a remainder, more than the depth), every request is written and read back
+// whole, each completion once.
+TEST(UringSubmitBatch, EveryBatchSizeMovesEveryRequest) {
+  std::string dir = test::fresh_work_dir();
+  const int depth = 16, n = 40;
+  const uint64_t len = 3 * 64 * KiB + 4096;  // four chunks of 64K, the last short
+  for (int batch : {1, 2, 3, 7, 4096}) {
+    std::string why;
+    auto backend = test::backend_or_skip("uring", depth, &why, batch);
+    if (!backend) GTEST_SKIP() << why;
+    IoOptions o;
+    o.queue_depth = depth;
+    o.block_size = 64 * KiB;
+    o.submit_batch = batch;
+    FileIO io(std::move(backend), o);
+    int f = io.open(FileSpec{{str(dir, "/batch", batch, ".bin")}});
+    AlignedBuffer out(n * len), in(n * len);
+    fill_pattern(out.data(), n * len, uint64_t(batch), 0);
+    std::vector<IoRequest> writes, reads;
+    for (int i = 0; i < n; ++i) {
+      writes.push_back({IoOp::write, f, i * len, out.data() + i * len, len, uint64_t(i)});
+      reads.push_back({IoOp::read, f, i * len, in.data() + i * len, len, uint64_t(n + i)});
+    }
+    std::vector<IoCompletion> done;
+    io.submit(writes);
+    io.drain(&done);
+    io.submit(reads);
+    io.drain(&done);
+    std::set<uint64_t> tags;
+    for (const IoCompletion& c : done) tags.insert(c.tag);
+    EXPECT_EQ(done.size(), size_t(2 * n)) << "batch " << batch;
+    EXPECT_EQ(tags.size(), size_t(2 * n)) << "batch " << batch;
+    EXPECT_EQ(check_pattern(in.data(), n * len, uint64_t(batch), 0), -1) << "batch " << batch;
+    EXPECT_EQ(io.stats().chunks, uint64_t(2 * n * 4)) << "batch " << batch;
+  }
+}
+
+TEST(UringSubmitBatch, RefusesABatchOutOfRange) {
+  if (!uring_compiled()) GTEST_SKIP() << "built without io_uring";
+  for (int batch : {0, 4097}) {
+    try {
+      make_uring_backend(4, batch);
+      ADD_FAILURE() << "accepted io.submit_batch " << batch;
+    } catch (const Error& e) {  // refused before any ring is made, so on every kernel
+      EXPECT_NE(std::string(e.what()).find("io.submit_batch"), std::string::npos) << e.what();
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, FileIOTest, ::testing::Values("uring", "posix"),
                          [](const auto& info) { return info.param; });
 
