@@ -141,7 +141,7 @@ class UringBackend final : public IoBackend {
   }
 
   // Prepares an entry per op and hands them to the kernel, one io_uring_enter per submit_batch_
-  // entries (the kernel merges neighbours in a larger one: io/backend.h). Entries an
+  // entries (in larger ones the kernel merges neighbours: io/file_io.h). Entries an
   // enter leaves queued (-EAGAIN/-EBUSY, or a kernel that stops at a failing entry) stay
   // accepted: the next enter (reap() makes one) submits them. When the enter fails outright, the
   // entries of this batch the kernel did not take are retired and the call throws, so exactly
@@ -153,6 +153,7 @@ class UringBackend final : public IoBackend {
       io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
       if (!sqe) {  // entries left behind by earlier enters (-EAGAIN/-EBUSY) fill the ring
         enter(queued);
+        entered = queued;
         sqe = io_uring_get_sqe(&ring_);
         if (!sqe)
           fail("io::uring",
