@@ -349,8 +349,9 @@ std::string format_io_bench(const nlohmann::json& j) {
     for (const auto& d : j["dirs"]) out += " " + d.get<std::string>();
     out += str("\n  size ", format_bytes(j["size_bytes"]), ", block ",
                format_bytes(j["block_bytes"]), ", queue depth ", j["queue_depth"].get<int>(),
-               ", submit batch ", j.value("submit_batch", 0), ", stripe ", format_bytes(j["stripe_bytes"]), ", alignment ",
-               j["alignment"]["offset"].get<int>(), "\n");
+               ", submit batch ", j.value("submit_batch", 0), ", stripe ",
+               format_bytes(j["stripe_bytes"]), ", alignment ", j["alignment"]["offset"].get<int>(),
+               "\n");
     char line[256];
     std::snprintf(line, sizeof line, "  write %8.3f GB/s %9.0f IOPS  (%s in %.2f s)\n",
                   j["write_gbps"].get<double>(), j["write_iops"].get<double>(),

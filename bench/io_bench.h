@@ -29,7 +29,7 @@ struct IoBenchOptions {
   uint64_t size_bytes = 4ull << 30;    // written, then read
   uint64_t block_bytes = 1ull << 20;   // bytes per request
   int queue_depth = 32;                // requests in flight
-  int submit_batch = kDefaultSubmitBatch;  // io_uring: requests per io_uring_enter (io.submit_batch)
+  int submit_batch = kDefaultSubmitBatch;  // io_uring: requests per io_uring_enter
   std::string backend = "auto";        // auto | uring | posix
   uint64_t stripe_bytes = 1ull << 20;  // across dirs
   double max_seconds = 0;              // per phase; 0 = no limit (the sweep sets one)
