@@ -156,7 +156,9 @@ StepPrediction predict_step(const Config& c, int dp, const PlanMachine& machine,
 
   // The passes: reads and copies run ahead of compute (offload.prefetch, zero.prefetch); so do
   // the collectives on a GPU. On the CPU device the collectives' and the host⇄device copies'
-  // memcpys run on the compute's cores: they add to the pass (only the disk overlaps it).
+  // memcpys run on the compute's cores: they add to the pass (only the disk overlaps it). (A
+  // bf16 compute copy is not copied there but read by its cast to f32, which the copy's rate
+  // stands for: the same bytes read, on the same cores.)
   const double fwd_read_ms = transfer_ms(fwd_read, read_busy_gbps, "NVMe read");
   const double bwd_read_ms = transfer_ms(bwd_read, read_busy_gbps, "NVMe read");
   const double fwd_copy_ms = transfer_ms(fwd_h2d, h2d_gbps, "host-to-device copy");

@@ -127,22 +127,29 @@ void ZeroEngine::Impl::prefetch(int u, bool hint) {
   void* gathered = bf16 ? sl.full16.data() : sl.full.data();
   comm_.wait(*sl.free);  // the previous occupant's readers are done
   const void* src = nullptr;
+  PinnedPool::Lease read_into;  // the NVMe staging buffer, released once the gather has read it
   if (ps.tier == Tier::device) {
     src = ps.mem.data();
   } else {
-    // Off the device: copy the shard in (host memory or the NVMe staging buffer) on the
-    // communication stream, straight into the gathered buffer when there is one rank.
-    void* stage = dp_.size() == 1 ? gathered : sl.shard.data();
-    if (ps.tier == Tier::host) {
-      comm_.copy(stage, ps.mem.data(), bytes);
-    } else {
-      const uint64_t ticket = std::exchange(s.fetch_ticket, 0);
-      swapper_->wait(ticket);
-      comm_.copy(stage, s.fetch_lease.data, bytes);
-      param_pool_->release(std::exchange(s.fetch_lease, {}), &comm_);
+    // Off the device: the shard in host memory or in the NVMe staging buffer.
+    const void* host = ps.mem.data();
+    if (ps.tier == Tier::nvme) {
+      swapper_->wait(std::exchange(s.fetch_ticket, 0));
+      read_into = std::exchange(s.fetch_lease, {});
+      host = read_into.data;
     }
     traffic_.h2d_bytes += bytes;
-    src = stage;
+    if (device_.host_addressable() && (bf16 || dp_.size() > 1)) {
+      // The device reads host memory: the cast or the all-gather below reads the shard where it
+      // is, with no copy first (the values are the same; the copy cost the CPU device's cores).
+      src = host;
+    } else {
+      // Copied in on the communication stream, straight into the gathered buffer when there
+      // is one rank.
+      void* stage = dp_.size() == 1 ? gathered : sl.shard.data();
+      comm_.copy(stage, host, bytes);
+      src = stage;
+    }
   }
   if (bf16 && dp_.size() == 1) {
     device_.ops().cast_bf16_to_f32(comm_, sl.full.as<float>(), static_cast<const uint16_t*>(src), n);
@@ -153,6 +160,7 @@ void ZeroEngine::Impl::prefetch(int u, bool hint) {
       device_.ops().cast_bf16_to_f32(comm_, sl.full.as<float>(), sl.full16.as<uint16_t>(),
                                      L.padded_numel());
   }
+  if (read_into) param_pool_->release(std::move(read_into), &comm_);
   comm_.record(*sl.ready);
   ++traffic_.gathers;
   s.gather = GatherState::gathered;
