@@ -110,8 +110,10 @@ MemoryPlan plan_memory(const Config& c, int dp, const PlanMachine& machine, int 
     const auto classes = param_slot_classes(model, pl);
     uint64_t bytes = 0;
     for (const SlotClass& cl : classes) {
+      // A device that cannot address host memory stages the shard before the all-gather.
+      const bool staged = dp > 1 && pl.params != Tier::device && !machine.device_is_host_memory;
       const uint64_t per = add(mul(cl.numel, bf16 ? 6 : 4),
-                               dp > 1 && pl.params != Tier::device ? mul(cl.numel / uint64_t(dp), esz) : 0);
+                               staged ? mul(cl.numel / uint64_t(dp), esz) : 0);
       bytes = add(bytes, mul(uint64_t(cl.slots), per));
     }
     row(Tier::device, str("gathered parameters (", slot_text(classes), ")"), bytes);

@@ -252,7 +252,9 @@ ZeroEngine::Impl::Impl(const LlamaModel& model, Device& device, Communicator& dp
         sl.kinds = c.kinds;
         sl.full = device.alloc(c.numel * 4, params ? "gathered parameters" : "full gradient");
         if (params && bf16) sl.full16 = device.alloc(c.numel * 2, "gathered bf16 parameters");
-        if (params && dp.size() > 1 && place_.params != Tier::device)
+        // The all-gather reads an off-device shard in place where the device addresses host
+        // memory (zero_schedule.cpp, prefetch); elsewhere the shard is copied in first.
+        if (params && dp.size() > 1 && place_.params != Tier::device && !host_ok)
           sl.shard = device.alloc(c.numel / size_t(dp.size()) * esz, "staged parameter shard");
         sl.ready = device.make_event();
         sl.free = device.make_event();

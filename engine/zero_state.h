@@ -74,7 +74,8 @@ struct ZeroEngine::Impl {
   struct Slot {
     Buffer full;     // (numel) f32: gathered parameters or a full gradient
     Buffer full16;   // (numel) bf16: gathered compute copy before the cast (bf16 only)
-    Buffer shard;    // (numel / dp) staging of an off-device compute copy before the gather (dp > 1)
+    Buffer shard;    // (numel / dp) staging of an off-device compute copy before the gather
+                     // (dp > 1, on a device that cannot address host memory)
     uint64_t numel = 0;  // the largest padded unit it holds (its class's)
     unsigned kinds = 0;  // the unit kinds it serves (bit k: UnitKind k; offload/placement.h)
     std::unique_ptr<Event> ready;  // the gather (or the backward) into `full` has completed
