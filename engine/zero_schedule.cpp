@@ -127,7 +127,23 @@ void ZeroEngine::Impl::prefetch(int u, bool hint) {
   void* gathered = bf16 ? sl.full16.data() : sl.full.data();
   comm_.wait(*sl.free);  // the previous occupant's readers are done
   const void* src = nullptr;
-  PinnedPool::Lease read_into;  // the NVMe staging buffer, released once the gather has read it
+  // The NVMe staging buffer: back to the pool behind the comm stream once the gather has been
+  // enqueued, or on the way out when enqueuing the copy, gather or cast throws (that error is
+  // the one that propagates), so the pool never loses a buffer.
+  struct StagingLease {
+    PinnedPool* pool;
+    Stream* after;
+    PinnedPool::Lease lease;
+    void give_back() {
+      if (lease) pool->release(std::exchange(lease, {}), after);
+    }
+    ~StagingLease() {
+      try {
+        give_back();
+      } catch (const std::exception&) {
+      }
+    }
+  } read_into{param_pool_.get(), &comm_, {}};
   if (ps.tier == Tier::device) {
     src = ps.mem.data();
   } else {
@@ -135,8 +151,8 @@ void ZeroEngine::Impl::prefetch(int u, bool hint) {
     const void* host = ps.mem.data();
     if (ps.tier == Tier::nvme) {
       swapper_->wait(std::exchange(s.fetch_ticket, 0));
-      read_into = std::exchange(s.fetch_lease, {});
-      host = read_into.data;
+      read_into.lease = std::exchange(s.fetch_lease, {});
+      host = read_into.lease.data;
     }
     traffic_.h2d_bytes += bytes;
     if (device_.host_addressable() && (bf16 || dp_.size() > 1)) {
@@ -160,7 +176,7 @@ void ZeroEngine::Impl::prefetch(int u, bool hint) {
       device_.ops().cast_bf16_to_f32(comm_, sl.full.as<float>(), sl.full16.as<uint16_t>(),
                                      L.padded_numel());
   }
-  if (read_into) param_pool_->release(std::move(read_into), &comm_);
+  read_into.give_back();
   comm_.record(*sl.ready);
   ++traffic_.gathers;
   s.gather = GatherState::gathered;
