@@ -153,6 +153,10 @@ MemoryPlan plan_memory(const Config& c, int dp, const PlanMachine& machine, int 
   if (staging.param_shards)
     row(Tier::host, str("NVMe parameter read-ahead staging (", staging.param_shards, " shards)"),
         staging.param_need(), true);
+  if (staging.forward_shards)
+    row(Tier::host,
+        str("NVMe compute copies kept for the forward (", staging.forward_shards, " shards)"),
+        staging.forward_need(), true);
 
   // Checks.
   const uint64_t device_need = p.device_bytes();

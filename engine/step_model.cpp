@@ -119,6 +119,27 @@ StepPrediction predict_step(const Config& c, int dp, const PlanMachine& machine,
   if (pl.params == Tier::nvme) {
     fwd_read = fwd_gathers * P;
     bwd_read = bwd_gathers * P;
+    // An update keeps the compute copy it wrote for the next forward's gather of that unit
+    // (PinnedStaging::forward_shards buffers, freed as the forward gathers them): a clipped
+    // overlapped step's forward follows the updates unit by unit and takes every unit's from
+    // there (two buffers: one filling while the forward gathers the other); a serial step
+    // updates every unit first, so the forward takes the first units' only, and an unclipped
+    // step's worker keeps up during the backward and keeps the embedding's alone.
+    const int kept_shards =
+        pl.param_is_master()
+            ? 0
+            : pinned_staging(model, pl, c.offload.pinned_mem_limit, c.offload.prefetch)
+                  .forward_shards;
+    const bool follows = offload_opt && c.offload.overlap_optimizer && c.train.grad_clip > 0.0f;
+    const int kept_units =
+        std::min(model.num_units(),
+                 kept_shards == 0                  ? 0
+                 : follows && kept_shards >= 2     ? model.num_units()
+                 : offload_opt && c.offload.overlap_optimizer ? 1
+                                                   : kept_shards);
+    double kept_elems = 0;
+    for (int u = 0; u < kept_units; ++u) kept_elems += double(model.unit(u).layout.shard_numel());
+    fwd_read -= kept_elems * double(pl.param_elem_bytes());  // the first micro-batch's gathers
   }
   const double bwd_d2h = pl.grads_tier() == Tier::host ? m * S : 0;  // each reduction to the host shard
   double opt_h2d = 0, opt_d2h = 0, opt_read = 0, opt_write = 0;

@@ -743,6 +743,7 @@ struct Trainer::Impl {
     r.traffic.nvme_wait_ms += opt_traffic.nvme_wait_ms;
     r.traffic.update_wait_ms += opt_traffic.update_wait_ms;
     r.traffic.read_ahead_bytes += opt_traffic.read_ahead_bytes;
+    r.traffic.forwarded_bytes += opt_traffic.forwarded_bytes;
     r.traffic.h2d_bytes += opt_traffic.h2d_bytes;
     r.traffic.d2h_bytes += opt_traffic.d2h_bytes;
     r.step_ms = ms_since(t0);
@@ -913,7 +914,8 @@ struct Trainer::Impl {
             {"write_gbps", rate(r.traffic.nvme_write_bytes, r.traffic.nvme_busy_ms)},
             {"busy_ms", r.traffic.nvme_busy_ms},
             {"wait_ms", r.traffic.nvme_wait_ms},
-            {"read_ahead_bytes", r.traffic.read_ahead_bytes}}},
+            {"read_ahead_bytes", r.traffic.read_ahead_bytes},
+            {"forwarded_bytes", r.traffic.forwarded_bytes}}},
           {"links", {{"h2d_bytes", r.traffic.h2d_bytes}, {"d2h_bytes", r.traffic.d2h_bytes}}},
           {"cpu", cpu_json(r)},
       };

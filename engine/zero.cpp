@@ -115,6 +115,17 @@ PinnedStaging pinned_staging(const LlamaModel& model, const Placement& p, uint64
       fit = pinned_mem_limit > taken ? (pinned_mem_limit - taken) / s.param_shard_bytes : 0;
     }
     s.param_shards = int(std::clamp<uint64_t>(fit, 1, want));
+    // An update's compute copy, written to NVMe from a chunk buffer, is kept for the next forward
+    // only where the budget leaves room: it saves that read, nothing needs it.
+    if (!p.param_is_master()) {
+      const uint64_t want_fwd = PinnedStaging::kForwardShards;
+      uint64_t fit_fwd = want_fwd;
+      if (pinned_mem_limit) {
+        const uint64_t taken = s.chunk_need() + s.ahead_need() + s.param_need();
+        fit_fwd = pinned_mem_limit > taken ? (pinned_mem_limit - taken) / s.param_shard_bytes : 0;
+      }
+      s.forward_shards = int(std::min(fit_fwd, want_fwd));
+    }
   }
   return s;
 }
@@ -329,11 +340,18 @@ ZeroEngine::Impl::Impl(const LlamaModel& model, Device& device, Communicator& dp
   if (staging.param_shards)
     param_pool_ = std::make_unique<PinnedPool>(device, 0, staging.param_shard_bytes,
                                                staging.param_shards, "parameter", opt_.timeout_s);
+  if (staging.forward_shards) {
+    forward_.pool = std::make_unique<PinnedPool>(device, 0, staging.param_shard_bytes,
+                                                 staging.forward_shards, "forwarded compute copy",
+                                                 opt_.timeout_s);
+    forward_.of_unit.resize(size_t(model.num_units()));
+  }
   // The pools feed the NVMe queue: register them with it once (io_uring fixed buffers). The
   // swapper unregisters them when it stops, before the pools are freed (members' order).
   if (swapper_) {
     std::vector<std::span<std::byte>> staging;
-    for (const PinnedPool* pool : {chunk_pool_.get(), ahead_pool_.get(), param_pool_.get()})
+    for (const PinnedPool* pool :
+         {chunk_pool_.get(), ahead_pool_.get(), param_pool_.get(), forward_.pool.get()})
       if (pool) staging.push_back(pool->memory());
     if (!staging.empty()) swapper_->register_buffers(staging);
   }
@@ -443,6 +461,9 @@ void ZeroEngine::Impl::write_master_values(Unit& s, size_t begin, size_t count,
                                            const float* values) {
   write_shard(s.master, 4, begin, count, values);
   if (param_is_master()) return;
+  // A compute copy kept from the last update is no longer the unit's (no device work reads a
+  // kept buffer: a gather takes it out first).
+  forward_.release(forward_.take(int(&s - units_.data())), nullptr);
   if (place_.compute == DType::bf16) {
     std::vector<uint16_t> b(count);
     convert_f32_to_bf16(values, b.data(), count);
@@ -463,12 +484,14 @@ ZeroMemory ZeroEngine::Impl::memory() const {
     }
   for (const auto& sl : param_slots_) m.gathered_bytes += sl.full.bytes() + sl.full16.bytes() + sl.shard.bytes();
   for (const auto& sl : grad_slots_) m.gathered_bytes += sl.full.bytes();
-  for (const auto* pool : {param_pool_.get(), chunk_pool_.get(), ahead_pool_.get()})
+  for (const auto* pool :
+       {param_pool_.get(), chunk_pool_.get(), ahead_pool_.get(), forward_.pool.get()})
     if (pool) {
       m.pinned_bytes += pool->bytes();
       m.staging_bytes += uint64_t(pool->count()) * pool->buffer_bytes();
     }
   if (param_pool_) m.param_staging_shards = param_pool_->count();
+  if (forward_.pool) m.forward_shards = forward_.pool->count();
   return m;
 }
 

@@ -106,11 +106,17 @@ struct PinnedStaging {
   // NVMe parameter read-ahead: offload.prefetch + 1 shards, or as many whole shards as the budget
   // leaves after the optimizer's pools, and at least one (minimum() checks that one fits).
   int param_shards = 0;
+  // The compute copy an update writes to NVMe, kept for the next forward's gather of that unit
+  // so the gather does not read it back (engine/zero_state.h, ForwardCopies): kForwardShards
+  // shards, or as many as the budget leaves after the read-ahead, possibly none.
+  static constexpr int kForwardShards = 2;
+  int forward_shards = 0;
 
   uint64_t chunk_need() const { return uint64_t(chunk_buffers) * chunk_bytes; }
   uint64_t ahead_need() const { return uint64_t(ahead_buffers) * chunk_bytes; }
   uint64_t param_need() const { return uint64_t(param_shards) * param_shard_bytes; }
-  uint64_t total() const { return chunk_need() + ahead_need() + param_need(); }
+  uint64_t forward_need() const { return uint64_t(forward_shards) * param_shard_bytes; }
+  uint64_t total() const { return chunk_need() + ahead_need() + param_need() + forward_need(); }
   // What a rank cannot run without: both optimizer pools whole and one parameter shard.
   uint64_t minimum() const { return chunk_need() + ahead_need() + param_shard_bytes; }
 };
@@ -125,6 +131,7 @@ struct ZeroMemory {
   uint64_t pinned_bytes = 0;     // pinned staging pools (their slabs, rounded up to whole pages)
   uint64_t staging_bytes = 0;    // the pools' buffers (count × buffer bytes): what the plan counts
   int param_staging_shards = 0;  // buffers of the NVMe parameter read-ahead pool
+  int forward_shards = 0;        // buffers keeping updated compute copies for the next forward
   uint64_t nvme_bytes = 0;       // swap-space extents
 };
 
@@ -141,6 +148,8 @@ struct ZeroTraffic {
   double update_wait_ms = 0;     // passes waited for an overlapped optimizer step's updates
   uint64_t read_ahead_bytes = 0; // optimizer states whose NVMe read was submitted ahead of their
                                  // update (offload.optimizer_read_ahead; in nvme_read_bytes too)
+  uint64_t forwarded_bytes = 0;  // compute copies gathered from the update's own buffer instead
+                                 // of read back from NVMe (PinnedStaging::forward_shards)
 };
 
 class ZeroEngine {

@@ -84,6 +84,7 @@ void ZeroEngine::Impl::fetch_param(int u) {
   Unit& s = units_[size_t(u)];
   const Shard& src = param_shard(s);
   if (src.tier != Tier::nvme || s.gather != GatherState::idle || update_pending(u)) return;
+  if (forward_.has(u)) return;  // the update's buffer holds it: prefetch gathers from there
   s.fetch_lease = param_pool_->acquire();
   // Urgent: a pass waits on it, while the optimizer's state reads and writes may be queued.
   s.fetch_ticket = swapper_->submit({swap_->request(IoOp::read, src.key, s.fetch_lease.data, src.bytes)},
@@ -110,9 +111,37 @@ void ZeroEngine::Impl::prefetch(int u, bool hint) {
   }
   await_update(u);  // an overlapped optimizer step writes the compute copy first
   const Shard& ps = param_shard(s);
+  // The NVMe staging buffer (the read's, or the update's kept one): back to its pool behind the
+  // comm stream once the gather has been enqueued, or on the way out when enqueuing the copy,
+  // gather or cast throws (that error is the one that propagates), so no pool loses a buffer.
+  struct StagingLease {
+    Impl& e;
+    PinnedPool::Lease lease;
+    bool kept;
+    void give_back() {
+      if (!lease) return;
+      if (kept) e.forward_.release(std::exchange(lease, {}), &e.comm_);
+      else e.param_pool_->release(std::exchange(lease, {}), &e.comm_);
+    }
+    ~StagingLease() {
+      try {
+        give_back();
+      } catch (const std::exception&) {
+      }
+    }
+  } read_into{*this, {}, false};
+  // The update kept the compute copy it wrote (ForwardCopies): gathered from there, unread. (A
+  // read issued before, of the same values, is waited out and its buffer returned.)
+  if (ps.tier == Tier::nvme) read_into.lease = forward_.take(u);
+  read_into.kept = bool(read_into.lease);
+  if (read_into.kept && s.gather == GatherState::fetching) {
+    swapper_->wait(std::exchange(s.fetch_ticket, 0));
+    param_pool_->release(std::exchange(s.fetch_lease, {}));
+    s.gather = GatherState::idle;
+  }
   // The NVMe read must be issued before the slot is owned: a ticket is consumed only once
   // it exists (the hang of offload.prefetch=0 waited for a read that was never issued).
-  if (ps.tier == Tier::nvme) {
+  if (ps.tier == Tier::nvme && !read_into.kept) {
     fetch_param(u);
     if (s.gather != GatherState::fetching || s.fetch_ticket == 0 || !s.fetch_lease)
       protocol_violation(u, "gather of an NVMe compute copy without a read in flight");
@@ -127,29 +156,15 @@ void ZeroEngine::Impl::prefetch(int u, bool hint) {
   void* gathered = bf16 ? sl.full16.data() : sl.full.data();
   comm_.wait(*sl.free);  // the previous occupant's readers are done
   const void* src = nullptr;
-  // The NVMe staging buffer: back to the pool behind the comm stream once the gather has been
-  // enqueued, or on the way out when enqueuing the copy, gather or cast throws (that error is
-  // the one that propagates), so the pool never loses a buffer.
-  struct StagingLease {
-    PinnedPool* pool;
-    Stream* after;
-    PinnedPool::Lease lease;
-    void give_back() {
-      if (lease) pool->release(std::exchange(lease, {}), after);
-    }
-    ~StagingLease() {
-      try {
-        give_back();
-      } catch (const std::exception&) {
-      }
-    }
-  } read_into{param_pool_.get(), &comm_, {}};
   if (ps.tier == Tier::device) {
     src = ps.mem.data();
   } else {
     // Off the device: the shard in host memory or in the NVMe staging buffer.
     const void* host = ps.mem.data();
-    if (ps.tier == Tier::nvme) {
+    if (read_into.kept) {
+      host = read_into.lease.data;
+      traffic_.forwarded_bytes += bytes;
+    } else if (ps.tier == Tier::nvme) {
       swapper_->wait(std::exchange(s.fetch_ticket, 0));
       read_into.lease = std::exchange(s.fetch_lease, {});
       host = read_into.lease.data;

@@ -163,6 +163,43 @@ struct ZeroEngine::Impl {
     std::thread worker;
   };
 
+  // Compute copies that updates wrote to NVMe, kept in pinned buffers for the next gather of
+  // their unit — the next forward's — which then reads nothing back from NVMe
+  // (PinnedStaging::forward_shards buffers; no pool when there are none). The optimizer's thread
+  // (the overlapped step's worker, or the engine's in a serial step) leases a buffer, updates
+  // into it and puts it; the engine's thread takes it in prefetch and returns it behind the comm
+  // stream. `mu` orders the two. A unit's buffer holds exactly its compute copy: its next update
+  // replaces it, and any other write of the compute copy (write_master_values) drops it.
+  struct ForwardCopies {
+    std::mutex mu;
+    std::unique_ptr<PinnedPool> pool;
+    std::vector<PinnedPool::Lease> of_unit;  // per unit: its kept compute copy, or empty
+
+    PinnedPool::Lease try_acquire() {
+      std::lock_guard<std::mutex> lock(mu);
+      return pool ? pool->try_acquire() : PinnedPool::Lease{};
+    }
+    // Unit u's compute copy is in `lease` (no I/O in flight on it); an older one goes back.
+    void put(int u, PinnedPool::Lease lease) {
+      std::lock_guard<std::mutex> lock(mu);
+      pool->release(std::exchange(of_unit[size_t(u)], lease));
+    }
+    PinnedPool::Lease take(int u) {
+      std::lock_guard<std::mutex> lock(mu);
+      return of_unit.empty() ? PinnedPool::Lease{} : std::exchange(of_unit[size_t(u)], {});
+    }
+    bool has(int u) {
+      std::lock_guard<std::mutex> lock(mu);
+      return !of_unit.empty() && of_unit[size_t(u)];
+    }
+    // Free once `after` has passed the work enqueued on it so far (now when null).
+    void release(PinnedPool::Lease lease, Stream* after) {
+      if (!lease) return;
+      std::lock_guard<std::mutex> lock(mu);
+      pool->release(lease, after);
+    }
+  };
+
   class Source;  // the engine as the source of a checkpoint save (below)
 
   // engine/zero.cpp: every state placed on its tier, slots and staging allocated, m, v and
@@ -247,6 +284,7 @@ struct ZeroEngine::Impl {
   // In the worker: unit u's compute copy holds the new values — its gradient is zeroed and it is
   // marked updated (the passes may read it) while the states' last writes may still drain.
   void publish_update(StepJob& job, int u);
+  bool forwarded_next(int u, StepJob* gate);  // keep u's updated compute copy (ForwardCopies)?
   // An eager step: sums the squares of every unit the worker has not reached, waits (bounded)
   // for the ones it is summing, and releases the step to the passes (each waits for its unit's
   // update, await_update); finish_step() waits for the rest.
@@ -330,6 +368,7 @@ struct ZeroEngine::Impl {
   std::unique_ptr<PinnedPool> param_pool_;  // compute-copy shards read ahead from NVMe
   std::unique_ptr<PinnedPool> chunk_pool_;  // optimizer pipeline chunks
   std::unique_ptr<PinnedPool> ahead_pool_;  // optimizer states read ahead (offload.optimizer_read_ahead)
+  ForwardCopies forward_;                   // updated compute copies kept for the next forward
   // Declared after the pools it reads into and writes from, so it is stopped before they are
   // freed (the destructor also drains and stops it first).
   std::unique_ptr<Swapper> swapper_;

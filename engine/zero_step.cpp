@@ -591,6 +591,20 @@ void ZeroEngine::Impl::step_unit_chunked(int u, const StepParams& p, StepJob* ga
   std::vector<AheadChunk>* ahead = gate ? &gate->ahead[size_t(u)] : nullptr;
   const size_t n_ahead = ahead ? ahead->size() : 0;
 
+  // The unit's refreshed compute copy, kept whole for the next forward (ForwardCopies) when a
+  // buffer is free as its first chunk is updated: each chunk's copy is written to NVMe from
+  // there. Declared before `drain`, which waits for those writes, so it goes back after them
+  // when the update does not finish.
+  struct Kept {
+    ForwardCopies& f;
+    PinnedPool::Lease lease;
+    ~Kept() {
+      try {
+        f.release(std::exchange(lease, {}), nullptr);
+      } catch (const std::exception&) {
+      }
+    }
+  } kept{forward_, {}};
   ChunkSet sets[3];
   // However this returns, no NVMe read or write may still target a chunk buffer once the buffer
   // goes back to the pool (an Error mid-pipeline waits out the rest, keeping the first error).
@@ -647,6 +661,8 @@ void ZeroEngine::Impl::step_unit_chunked(int u, const StepParams& p, StepJob* ga
       acquire_set(set);
     }
     if (gate) await_go(*gate, u);  // reads may run ahead; updates wait for the norm (or u final)
+    if (k == 0 && param_nvme && forward_.pool && forwarded_next(u, gate))
+      kept.lease = forward_.try_acquire();
     const size_t lo = k * chunk, cnt = std::min(chunk, n - lo);
     char* ptr[3];  // element lo of master, m, v (staged or in memory)
     for (int i = 0; i < 3; ++i)
@@ -657,7 +673,8 @@ void ZeroEngine::Impl::step_unit_chunked(int u, const StepParams& p, StepJob* ga
     void* param_out = nullptr;  // where the refreshed compute copy of this chunk goes
     const bool param_staged = separate_param && !param_nvme && param_stage_;  // device, unaddressable
     if (separate_param)
-      param_out = param_nvme     ? set.buf[3].data
+      param_out = param_nvme     ? (kept.lease ? static_cast<char*>(kept.lease.data) + lo * esz
+                                               : set.buf[3].data)
                   : param_staged ? param_stage_.data()
                                  : static_cast<void*>(s.param.ptr<char>() + lo * esz);
     const float* g = s.grad.ptr<float>() + lo;
@@ -682,7 +699,7 @@ void ZeroEngine::Impl::step_unit_chunked(int u, const StepParams& p, StepJob* ga
     }
     // The compute copy first, in a job of its own: the next pass waits for it, not for the states.
     if (param_nvme)
-      set.param_write = swapper_->submit({swap_->request(IoOp::write, s.param.key, set.buf[3].data, cnt * esz, lo * esz)},
+      set.param_write = swapper_->submit({swap_->request(IoOp::write, s.param.key, param_out, cnt * esz, lo * esz)},
                                          IoLane::urgent);
     if (opt_nvme) {
       std::vector<IoRequest> reqs;
@@ -708,6 +725,7 @@ void ZeroEngine::Impl::step_unit_chunked(int u, const StepParams& p, StepJob* ga
     if (set.param_write) swapper_->wait(std::exchange(set.param_write, 0));
     if (!separate_param && set.write) swapper_->wait(std::exchange(set.write, 0));  // it is the master
   }
+  if (kept.lease) forward_.put(u, std::exchange(kept.lease, {}));  // written: no I/O on it
   if (!separate_param)
     for (size_t k = 0; k < n_ahead; ++k)
       if ((*ahead)[k].write) swapper_->wait(std::exchange((*ahead)[k].write, 0));
@@ -721,6 +739,19 @@ void ZeroEngine::Impl::step_unit_chunked(int u, const StepParams& p, StepJob* ga
     ahead->clear();
   }
   // `drain` returns the pipeline's buffers.
+}
+
+// Whether unit u's compute copy is worth keeping for the next forward: u is the lowest-index
+// unit still to be updated, the one the forward needs next — so the few buffers (freed as the
+// forward gathers them) go to units in the order it consumes them, not to the units an unclipped
+// step updates during the backward, which the forward needs last. A serial step updates in
+// forward order: always.
+bool ZeroEngine::Impl::forwarded_next(int u, StepJob* gate) {
+  if (!gate) return true;
+  std::lock_guard<std::mutex> lock(gate->mu);
+  for (int v = 0; v < u; ++v)
+    if (!gate->updated[size_t(v)]) return false;
+  return true;
 }
 
 void ZeroEngine::Impl::publish_update(StepJob& j, int u) {

@@ -177,6 +177,17 @@ PinnedPool::Lease PinnedPool::acquire() {
   return take(found);
 }
 
+PinnedPool::Lease PinnedPool::try_acquire() {
+  for (size_t k = 0; k < slots_.size(); ++k) {
+    const size_t i = (next_ + k) % slots_.size();
+    if (slots_[i].leased || in_use(slots_[i])) continue;
+    slots_[i].leased = true;
+    next_ = (i + 1) % slots_.size();
+    return Lease{slots_[i].data, int(i)};
+  }
+  return {};
+}
+
 void PinnedPool::release(Lease lease, Stream* after) {
   if (!lease) return;
   Slot& s = slots_.at(size_t(lease.index));

@@ -50,6 +50,9 @@ class PinnedPool {
   // A buffer not leased and no longer in use by its last stream; waits for one at most
   // timeout_s. Throws at once when all are leased (a scheduling bug).
   Lease acquire();
+  // A buffer not leased and no longer in use by its last stream, or an empty lease when there
+  // is none now: never waits, never throws (for optional staging that gives way when busy).
+  Lease try_acquire();
   // Free once the work enqueued on `after` so far has completed (now when null).
   void release(Lease lease, Stream* after = nullptr);
 

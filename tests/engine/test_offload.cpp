@@ -484,7 +484,9 @@ TEST(Offload, PlanCountsWhatTheEngineAllocates) {
 
 // Under a pinned budget the parameter staging gets what the optimizer's pools leave, in whole
 // shards, offload.prefetch + 1 at most and one at least; below that one the plan's check fails
-// and the engine refuses to start, naming the key. Plan and engine agree at every budget.
+// and the engine refuses to start, naming the key. The compute copies kept for the next forward
+// get what is left after that, two shards at most and possibly none. Plan and engine agree at
+// every budget.
 TEST(Offload, PlanAndEngineShareThePinnedBudget) {
   Config c = base(Precision::bf16);
   c.train.steps = 1;
@@ -500,12 +502,14 @@ TEST(Offload, PlanAndEngineShareThePinnedBudget) {
   ASSERT_GT(unlimited.ahead_buffers, 0);
   ASSERT_GT(unlimited.chunk_buffers, 0);
   const uint64_t min = unlimited.minimum(), shard = unlimited.param_shard_bytes;
+  ASSERT_EQ(unlimited.forward_shards, PinnedStaging::kForwardShards);
   struct Case {
     uint64_t limit;
     int shards;  // 0: refused
+    int forward;
   };
-  for (const Case& k : {Case{0, 3}, Case{min + 5 * shard, 3}, Case{min + shard + shard / 2, 2},
-                        Case{min, 1}, Case{min - 1, 0}}) {
+  for (const Case& k : {Case{0, 3, 2}, Case{min + 5 * shard, 3, 2}, Case{min + 3 * shard, 3, 1},
+                        Case{min + shard + shard / 2, 2, 0}, Case{min, 1, 0}, Case{min - 1, 0, 0}}) {
     c.offload.pinned_mem_limit = k.limit;
     SCOPED_TRACE(str("offload.pinned_mem_limit = ", k.limit, " (one unit needs ", min, ")"));
     PlanMachine m;
@@ -535,26 +539,31 @@ TEST(Offload, PlanAndEngineShareThePinnedBudget) {
       continue;
     }
     const std::string row = str("NVMe parameter read-ahead staging (", k.shards, " shards)");
-    uint64_t planned = 0, row_bytes = 0;
+    const std::string fwd_row =
+        str("NVMe compute copies kept for the forward (", k.forward, " shards)");
+    uint64_t planned = 0, row_bytes = 0, fwd_bytes = 0;
     int pools = 0;
     for (const PlanRow& r : plan.rows) {
       if (r.tier != "pinned" || r.what.rfind("NVMe", 0) != 0) continue;  // the staging pools
       planned += r.bytes;
       ++pools;
       if (r.what == row) row_bytes = r.bytes;
+      if (r.what == fwd_row) fwd_bytes = r.bytes;
     }
     EXPECT_EQ(row_bytes, uint64_t(k.shards) * shard) << "no row \"" << row << "\"";
+    EXPECT_EQ(fwd_bytes, uint64_t(k.forward) * shard) << "no row \"" << fwd_row << "\"";
     if (k.limit) {
       EXPECT_LE(planned, k.limit);
     }
     Trainer t(c, world(), opt);
     const ZeroMemory z = t.state_memory();
     EXPECT_EQ(z.param_staging_shards, k.shards);
+    EXPECT_EQ(z.forward_shards, k.forward);
     EXPECT_EQ(z.staging_bytes, planned);
     // Each pool is one slab rounded up to 2 MiB pages, which the plan does not count.
     EXPECT_GE(z.pinned_bytes, planned);
     EXPECT_LE(z.pinned_bytes, planned + uint64_t(pools) * ((2u << 20) - 1));
-    EXPECT_EQ(pools, 3);
+    EXPECT_EQ(pools, k.forward ? 4 : 3);
   }
 }
 
@@ -627,6 +636,51 @@ TEST(Offload, SlotsPerUnitKindShrinkTheWorkingSetAndChangeNoNumber) {
           std::printf("[slots] %s: gathered %llu bytes per rank (one pool of the largest unit: %llu)\n",
                       what.c_str(), (unsigned long long)z.gathered_bytes, (unsigned long long)old_pool);
       }
+}
+
+// An update keeps the compute copy it writes to NVMe for the next forward's gather of that unit,
+// which then reads nothing back: serially (every unit updated before the forward) exactly the
+// first two units' copies each step from the second on, overlapped at least the first unit's.
+// Every gathered byte was either read from NVMe or forwarded, and the numbers are those of the
+// same run with the compute copy in host memory.
+TEST(Offload, UpdatesKeepTheirComputeCopyForTheNextForward) {
+  for (bool overlap : {false, true}) {
+    SCOPED_TRACE(overlap ? "overlapped optimizer" : "serial optimizer");
+    Config c = base(Precision::bf16);
+    c.train.steps = 3;
+    c.offload.params = Tier::nvme;
+    c.offload.optimizer = Tier::host;
+    c.offload.overlap_optimizer = overlap;
+    c.offload.nvme_path = {nvme_dir("forward")};
+    const LlamaModel model(c.model, world().size());
+    ASSERT_EQ(pinned_staging(model, zero_options(c).placement, c.offload.pinned_mem_limit,
+                             c.offload.prefetch)
+                  .forward_shards,
+              2);
+    const uint64_t first = model.unit(0).layout.shard_numel() * 2;  // bf16
+    const uint64_t second = model.unit(1).layout.shard_numel() * 2;
+    std::vector<StepRecord> records;
+    TrainerOptions opt;
+    opt.on_step = [&](const StepRecord& r) { records.push_back(r); };
+    const Result r = run(c, opt);
+    ASSERT_EQ(records.size(), size_t(c.train.steps));
+    uint64_t read = 0, forwarded = 0, gathered = 0;
+    for (const StepRecord& rec : records) {
+      SCOPED_TRACE(str("step ", rec.step));
+      if (rec.step == 1) EXPECT_EQ(rec.traffic.forwarded_bytes, 0u);
+      else if (overlap) EXPECT_GE(rec.traffic.forwarded_bytes, first);
+      else EXPECT_EQ(rec.traffic.forwarded_bytes, first + second);
+      read += rec.traffic.nvme_read_bytes;  // the optimizer's states are in host memory
+      forwarded += rec.traffic.forwarded_bytes;
+      gathered += rec.traffic.h2d_bytes;
+    }
+    EXPECT_EQ(read + forwarded, gathered);
+    Config host = c;
+    host.offload.params = Tier::host;
+    const Result ref = run(host);
+    EXPECT_EQ(r.losses, ref.losses);
+    EXPECT_TRUE(r.weights == ref.weights) << "final weights differ from the host-memory run";
+  }
 }
 
 // The overlap is real: with offload.overlap_optimizer the step returns while its update is still

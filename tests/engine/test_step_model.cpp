@@ -273,6 +273,20 @@ TEST(StepModel, BytesPerStepFollowTheTuningTable) {
   const StepPrediction q = predict_step(c, 1, gpu_machine(), rates());
   EXPECT_DOUBLE_EQ(q.bytes.nvme_write, 8 * shard);
   EXPECT_DOUBLE_EQ(q.bytes.adam, 20 * shard);
+  // bf16 compute: the compute copy is its own shard, written by each update. The clipped
+  // overlapped step's forward gathers every unit from the buffer its update kept, so only the
+  // backward reads it back; a serial step's forward takes the first two units' from there.
+  c.train.optimizer_state_dtype = DType::f32;
+  c.train.precision = Precision::bf16;
+  ASSERT_GT(c.train.grad_clip, 0.0f);
+  const StepPrediction o = predict_step(c, 1, gpu_machine(), rates());
+  EXPECT_DOUBLE_EQ(o.bytes.nvme_param_read, 2 * shard);
+  EXPECT_DOUBLE_EQ(o.bytes.nvme_write, 12 * shard + 2 * shard);
+  c.offload.overlap_optimizer = false;
+  const StepPrediction s = predict_step(c, 1, gpu_machine(), rates());
+  const double first_two =
+      double(model.unit(0).layout.shard_numel() + model.unit(1).layout.shard_numel());
+  EXPECT_DOUBLE_EQ(s.bytes.nvme_param_read, 2 * 2 * shard - 2 * first_two);
 }
 
 TEST(StepModel, MoreNvmeBytesOrSlowerDisksAreNeverFaster) {

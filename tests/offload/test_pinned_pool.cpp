@@ -2,7 +2,8 @@
 // handed out again only once the stream it was returned on has passed the release; a stream
 // that never gets there makes acquire() throw after the timeout, naming the pool, and the
 // destructor end; leasing more than the pool holds is an immediate Error; the slab is one
-// huge-page mapping (or says why not), pinned through the device and unpinned at the end.
+// huge-page mapping (or says why not), pinned through the device and unpinned at the end;
+// try_acquire gives way at once when every buffer is busy.
 #include <chrono>
 #include <future>
 #include <vector>
@@ -78,6 +79,30 @@ TEST(PinnedPool, AcquireTakesAFreeBufferRatherThanWaitForABusyOne) {
   EXPECT_EQ(c.index, b.index);
   pool.release(c);
   gated.open();  // before the pool's destructor waits for `a`
+}
+
+// try_acquire never waits: a buffer leased, or returned on a stream that has not passed the
+// release, is passed over; with none free it returns an empty lease at once, and the buffer
+// comes back once its stream passes the release.
+TEST(PinnedPool, TryAcquireGivesWayWhenEveryBufferIsBusy) {
+  auto dev = make_device(DeviceKind::cpu);
+  GatedStream gated(*dev);
+  PinnedPool pool(*dev, 0, 4096, 2, "test forward", 600);
+  PinnedPool::Lease a = pool.try_acquire(), b = pool.try_acquire();
+  ASSERT_TRUE(a && b);
+  EXPECT_NE(a.index, b.index);
+  EXPECT_FALSE(pool.try_acquire()) << "both leased";
+  pool.release(a, gated.stream.get());
+  const auto t0 = Clock::now();
+  EXPECT_FALSE(pool.try_acquire()) << "returned, but its stream has not passed the release";
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 1.0);
+  gated.open();
+  gated.stream->synchronize();
+  PinnedPool::Lease c = pool.try_acquire();
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c.index, a.index);
+  pool.release(b);
+  pool.release(c);
 }
 
 TEST(PinnedPool, LeasingMoreThanThePoolHoldsIsAnImmediateError) {
