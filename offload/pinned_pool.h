@@ -14,7 +14,8 @@
 // earlier, with the numbers). The destructor waits for the last users the same bounded time;
 // past it, it logs an error and leaves the memory allocated rather than free bytes a stuck copy
 // may still touch.
-// Threads: acquire/release from one thread (the engine's).
+// Threads: one caller at a time — the engine's thread, or callers that hold a lock of their own
+// (the engine's kept compute copies: ForwardCopies in engine/zero_state.h).
 #pragma once
 
 #include <cstdint>
