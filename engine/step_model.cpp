@@ -126,17 +126,14 @@ StepPrediction predict_step(const Config& c, int dp, const PlanMachine& machine,
     // updates every unit first, so the forward takes the first units' only, and an unclipped
     // step's worker keeps up during the backward and keeps the embedding's alone.
     const int kept_shards =
-        pl.param_is_master()
-            ? 0
-            : pinned_staging(model, pl, c.offload.pinned_mem_limit, c.offload.prefetch)
-                  .forward_shards;
-    const bool follows = offload_opt && c.offload.overlap_optimizer && c.train.grad_clip > 0.0f;
-    const int kept_units =
-        std::min(model.num_units(),
-                 kept_shards == 0                  ? 0
-                 : follows && kept_shards >= 2     ? model.num_units()
-                 : offload_opt && c.offload.overlap_optimizer ? 1
-                                                   : kept_shards);
+        pinned_staging(model, pl, c.offload.pinned_mem_limit, c.offload.prefetch).forward_shards;
+    int kept_units = 0;
+    if (kept_shards > 0) {
+      if (!offload_opt || !c.offload.overlap_optimizer) kept_units = kept_shards;  // serial
+      else if (c.train.grad_clip > 0.0f && kept_shards >= 2) kept_units = model.num_units();
+      else kept_units = 1;
+    }
+    kept_units = std::min(kept_units, model.num_units());
     double kept_elems = 0;
     for (int u = 0; u < kept_units; ++u) kept_elems += double(model.unit(u).layout.shard_numel());
     fwd_read -= kept_elems * double(pl.param_elem_bytes());  // the first micro-batch's gathers

@@ -108,23 +108,20 @@ PinnedStaging pinned_staging(const LlamaModel& model, const Placement& p, uint64
   s.ahead_buffers = read_ahead_buffers(model, p);
   if (p.nvme_params()) {
     s.param_shard_bytes = uint64_t(shard) * p.param_elem_bytes();
+    // Whole shards of the budget left once `taken` is (as many as wanted without a budget).
+    auto shards_left = [&](uint64_t taken, uint64_t want) {
+      if (!pinned_mem_limit) return want;
+      return pinned_mem_limit > taken ? (pinned_mem_limit - taken) / s.param_shard_bytes : 0;
+    };
     const uint64_t want = uint64_t(nvme_prefetch) + 1;
-    uint64_t fit = want;
-    if (pinned_mem_limit) {
-      const uint64_t taken = s.chunk_need() + s.ahead_need();
-      fit = pinned_mem_limit > taken ? (pinned_mem_limit - taken) / s.param_shard_bytes : 0;
-    }
-    s.param_shards = int(std::clamp<uint64_t>(fit, 1, want));
+    s.param_shards =
+        int(std::clamp<uint64_t>(shards_left(s.chunk_need() + s.ahead_need(), want), 1, want));
     // An update's compute copy, written to NVMe from a chunk buffer, is kept for the next forward
     // only where the budget leaves room: it saves that read, nothing needs it.
     if (!p.param_is_master()) {
       const uint64_t want_fwd = PinnedStaging::kForwardShards;
-      uint64_t fit_fwd = want_fwd;
-      if (pinned_mem_limit) {
-        const uint64_t taken = s.chunk_need() + s.ahead_need() + s.param_need();
-        fit_fwd = pinned_mem_limit > taken ? (pinned_mem_limit - taken) / s.param_shard_bytes : 0;
-      }
-      s.forward_shards = int(std::min(fit_fwd, want_fwd));
+      s.forward_shards = int(std::min(
+          shards_left(s.chunk_need() + s.ahead_need() + s.param_need(), want_fwd), want_fwd));
     }
   }
   return s;

@@ -6,6 +6,7 @@
 // wait is long, so a buffer that frees within microseconds is taken within microseconds.
 #include "offload/pinned_pool.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <mutex>
@@ -136,37 +137,22 @@ bool PinnedPool::in_use(Slot& s) {
   return s.has_event;
 }
 
+PinnedPool::Lease PinnedPool::take(size_t i) {
+  slots_[i].leased = true;
+  next_ = (i + 1) % slots_.size();
+  return Lease{slots_[i].data, int(i)};
+}
+
 PinnedPool::Lease PinnedPool::acquire() {
-  // Round-robin from the oldest release, which is the most likely to be free already.
-  auto take = [&](size_t i) {
-    slots_[i].leased = true;
-    next_ = (i + 1) % slots_.size();
-    return Lease{slots_[i].data, int(i)};
-  };
-  size_t candidates = 0;
-  for (size_t k = 0; k < slots_.size(); ++k) {
-    size_t i = (next_ + k) % slots_.size();
-    if (slots_[i].leased) continue;
-    ++candidates;
-    if (!in_use(slots_[i])) return take(i);
-  }
+  if (Lease free_now = try_acquire()) return free_now;
+  const size_t candidates = size_t(
+      std::count_if(slots_.begin(), slots_.end(), [](const Slot& s) { return !s.leased; }));
   if (candidates == 0)
     fail("pinned_pool::acquire", str("all ", slots_.size(), " ", what_, " staging buffers are leased"),
          "this is a scheduling bug: more transfers in flight than the pool was sized for");
-  size_t found = 0;
+  Lease found;
   double waited_s = 0;
-  bool ok = poll_until(
-      [&] {
-        for (size_t k = 0; k < slots_.size(); ++k) {
-          size_t i = (next_ + k) % slots_.size();
-          if (!slots_[i].leased && !in_use(slots_[i])) {
-            found = i;
-            return true;
-          }
-        }
-        return false;
-      },
-      timeout_s_, &waited_s);
+  const bool ok = poll_until([&] { return bool(found = try_acquire()); }, timeout_s_, &waited_s);
   if (!ok)
     fail("pinned_pool::acquire",
          str("no ", what_, " staging buffer became free within ", seconds_text(waited_s), " s: ",
@@ -174,16 +160,14 @@ PinnedPool::Lease PinnedPool::acquire() {
              "enqueued before their release"),
          str("a device stream stopped making progress (a hung copy or kernel): check the device; "
              "raise parallel.timeout (now ", timeout_s_, " s) if it is only slow"));
-  return take(found);
+  return found;
 }
 
 PinnedPool::Lease PinnedPool::try_acquire() {
+  // Round-robin from the oldest release, which is the most likely to be free already.
   for (size_t k = 0; k < slots_.size(); ++k) {
     const size_t i = (next_ + k) % slots_.size();
-    if (slots_[i].leased || in_use(slots_[i])) continue;
-    slots_[i].leased = true;
-    next_ = (i + 1) % slots_.size();
-    return Lease{slots_[i].data, int(i)};
+    if (!slots_[i].leased && !in_use(slots_[i])) return take(i);
   }
   return {};
 }

@@ -73,6 +73,7 @@ class PinnedPool {
     bool has_event = false;
   };
   bool in_use(Slot& s);  // its last stream has not passed the release yet
+  Lease take(size_t i);  // lease slot i and start the next search after it
 
   Device& device_;
   uint64_t buffer_bytes_;
