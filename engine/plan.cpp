@@ -118,7 +118,7 @@ MemoryPlan plan_memory(const Config& c, int dp, const PlanMachine& machine, int 
     }
     row(Tier::device, str("gathered parameters (", slot_text(classes), ")"), bytes);
   }
-  if (!pl.aliased_grads(dp)) {
+  if (!pl.aliased_grads(dp, machine.device_is_host_memory)) {
     const auto classes = grad_slot_classes(model, pl);
     uint64_t bytes = 0;
     for (const SlotClass& cl : classes) bytes = add(bytes, mul(mul(uint64_t(cl.slots), cl.numel), 4));

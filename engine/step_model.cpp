@@ -138,7 +138,9 @@ StepPrediction predict_step(const Config& c, int dp, const PlanMachine& machine,
     for (int u = 0; u < kept_units; ++u) kept_elems += double(model.unit(u).layout.shard_numel());
     fwd_read -= kept_elems * double(pl.param_elem_bytes());  // the first micro-batch's gathers
   }
-  const double bwd_d2h = pl.grads_tier() == Tier::host ? m * S : 0;  // each reduction to the host shard
+  // Each reduction into the host shard (none where the backward accumulates into it in place).
+  const double bwd_d2h =
+      pl.grads_tier() == Tier::host && !pl.aliased_grads(dp, cpu) ? m * S : 0;
   double opt_h2d = 0, opt_d2h = 0, opt_read = 0, opt_write = 0;
   // (offload.optimizer_host_bytes: the first units' states stay in host memory, off the disk)
   const double kept = double(optimizer_host_elems(model, pl));  // 0 unless on NVMe

@@ -404,7 +404,9 @@ ZeroEngine::Impl::~Impl() {
 
 bool ZeroEngine::Impl::param_is_master() const { return place_.param_is_master(); }
 bool ZeroEngine::Impl::direct_params() const { return place_.direct_params(dp_.size()); }
-bool ZeroEngine::Impl::aliased_grads() const { return place_.aliased_grads(dp_.size()); }
+bool ZeroEngine::Impl::aliased_grads() const {
+  return place_.aliased_grads(dp_.size(), device_.host_addressable());
+}
 
 const ZeroEngine::Impl::Shard& ZeroEngine::Impl::param_shard(const Unit& s) const {
   return param_is_master() ? s.master : s.param;

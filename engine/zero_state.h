@@ -208,7 +208,7 @@ struct ZeroEngine::Impl {
        Stream& reduce, const ZeroOptions& options, Communicator* tp, Communicator* pp);
   ~Impl();
   bool direct_params() const;   // acquire() returns the device shard itself (no slot)
-  bool aliased_grads() const;   // backward accumulates straight into the device grad shard
+  bool aliased_grads() const;   // backward accumulates straight into the grad shard (no slot)
   bool param_is_master() const; // the compute copy is the master shard
   size_t param_elem_bytes() const { return place_.param_elem_bytes(); }
   const Shard& param_shard(const Unit& s) const;

@@ -16,8 +16,8 @@ bool Placement::direct_params(int dp) const {
   return dp == 1 && compute == DType::f32 && params == Tier::device;
 }
 
-bool Placement::aliased_grads(int dp) const {
-  return dp == 1 && grads_tier() == Tier::device && grad_accum == 1;
+bool Placement::aliased_grads(int dp, bool device_is_host_memory) const {
+  return dp == 1 && grad_accum == 1 && (grads_tier() == Tier::device || device_is_host_memory);
 }
 
 bool Placement::nvme_params() const { return params == Tier::nvme; }

@@ -64,10 +64,13 @@ struct Placement {
   bool param_is_master() const;
   // No parameter slots at all: acquire() hands out the device shard (one rank, f32 on device).
   bool direct_params(int dp) const;
-  // No gradient slots at all: one rank, device gradients and one micro-batch per step. (With
-  // several micro-batches the backward must sum each micro-batch into a zeroed buffer and add it
-  // to the shard, as every other placement does, or the rounding of the sums would differ.)
-  bool aliased_grads(int dp) const;
+  // No gradient slots at all: one rank and one micro-batch per step, with the gradient shard in
+  // memory the device computes in — device gradients, or host gradients when the device's memory
+  // is the host's (the CPU device; device_is_host_memory). The backward accumulates into the
+  // zeroed shard itself. (With several micro-batches it must sum each micro-batch into a zeroed
+  // buffer and add that to the shard, as every other placement does, or the rounding of the sums
+  // would differ.)
+  bool aliased_grads(int dp, bool device_is_host_memory) const;
   bool nvme_params() const;  // the compute copy is read from NVMe every pass
   bool chunk_io() const;     // the optimizer step moves chunks through NVMe
   // Gathered-parameter slots: prefetch + 1 (+ 1 for a tied embedding held through the step),

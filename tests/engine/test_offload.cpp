@@ -614,7 +614,7 @@ TEST(Offload, SlotsPerUnitKindShrinkTheWorkingSetAndChangeNoNumber) {
         const uint64_t dp = uint64_t(world().size());
         const uint64_t old_pool =
             uint64_t(pl.param_slots(model.num_units())) * (largest * 6 + (dp > 1 ? largest / dp * 2 : 0)) +
-            (pl.aliased_grads(int(dp)) ? 0 : uint64_t(pl.grad_slots()) * largest * 4);
+            (pl.aliased_grads(int(dp), true) ? 0 : uint64_t(pl.grad_slots()) * largest * 4);
         TrainerOptions opt;
         opt.progress = false;
         Trainer t(c, world(), opt);

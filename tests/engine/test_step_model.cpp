@@ -363,6 +363,7 @@ TEST(StepModel, AttentionRunsAtItsOwnRate) {
 // CPU device they are memcpys on the compute's cores, so they add to the pass.
 TEST(StepModel, CpuDeviceCopiesAddToThePass) {
   Config c = placed(small(""), Tier::host, Tier::host);
+  c.train.grad_accum = 2;  // (one micro-batch: see the next test)
   MachineRates r = rates();
   const StepPrediction gpu = predict_step(c, 1, gpu_machine(), r);
   EXPECT_GT(gpu.copy_ms, 0);
@@ -374,6 +375,23 @@ TEST(StepModel, CpuDeviceCopiesAddToThePass) {
   EXPECT_NEAR(on_cpu.forward_ms + on_cpu.backward_ms, on_cpu.compute_ms + on_cpu.copy_ms, 1e-9);
   r.h2d_gbps = r.d2h_gbps = 1e-3;  // copies far slower than compute: the bottleneck
   EXPECT_EQ(predict_step(c, 1, cpu, r).bottleneck, "host-device copies");
+}
+
+// One rank and one micro-batch on the CPU device: the backward accumulates into the host
+// gradient shard itself (Placement::aliased_grads), so no gradient is copied; a GPU copies each
+// unit's gradient to the host once.
+TEST(StepModel, CpuDeviceAccumulatesIntoTheHostGradients) {
+  const Config c = placed(small(""), Tier::host, Tier::host);
+  double shard = 0;
+  const LlamaModel model(c.model, 1);
+  for (const auto& u : model.units()) shard += double(u.layout.shard_numel());
+  const StepPrediction gpu = predict_step(c, 1, gpu_machine(), rates());
+  const StepPrediction on_cpu = predict_step(c, 1, cpu_machine(), rates());
+  EXPECT_DOUBLE_EQ(gpu.bytes.d2h, 4 * shard);
+  EXPECT_DOUBLE_EQ(on_cpu.bytes.d2h, 0);
+  EXPECT_DOUBLE_EQ(on_cpu.bytes.h2d, gpu.bytes.h2d);  // the gathers still stage the params
+  // Two ranks reduce-scatter into the shard: a copy again.
+  EXPECT_GT(predict_step(c, 2, cpu_machine(), rates()).bytes.d2h, 0);
 }
 
 // Unclipped, the updates run during the backward and the next forward: the optimizer hides
