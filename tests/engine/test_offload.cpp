@@ -644,10 +644,13 @@ TEST(Offload, SlotsPerUnitKindShrinkTheWorkingSetAndChangeNoNumber) {
 // Every gathered byte was either read from NVMe or forwarded, and the numbers are those of the
 // same run with the compute copy in host memory.
 TEST(Offload, UpdatesKeepTheirComputeCopyForTheNextForward) {
-  for (bool overlap : {false, true}) {
-    SCOPED_TRACE(overlap ? "overlapped optimizer" : "serial optimizer");
+  // serial; overlapped and clipped (the forward follows the updates); overlapped and unclipped
+  // (the updates run during the backward, the last of them unit 0's)
+  for (auto [overlap, clip] : {std::pair{false, 1.0f}, {true, 1.0f}, {true, 0.0f}}) {
+    SCOPED_TRACE(str(overlap ? "overlapped" : "serial", " optimizer, grad_clip ", clip));
     Config c = base(Precision::bf16);
     c.train.steps = 3;
+    c.train.grad_clip = clip;
     c.offload.params = Tier::nvme;
     c.offload.optimizer = Tier::host;
     c.offload.overlap_optimizer = overlap;
@@ -680,6 +683,48 @@ TEST(Offload, UpdatesKeepTheirComputeCopyForTheNextForward) {
     const Result ref = run(host);
     EXPECT_EQ(r.losses, ref.losses);
     EXPECT_TRUE(r.weights == ref.weights) << "final weights differ from the host-memory run";
+  }
+}
+
+// A compute copy kept for the next forward is its update's: a parameter written since
+// (Trainer::set_parameter here; loading weights or a checkpoint writes the same way) replaces it,
+// and the forward computes with the new values, as it does with the params in host memory.
+TEST(Offload, AWrittenParameterReplacesItsKeptComputeCopy) {
+  for (bool overlap : {false, true}) {
+    SCOPED_TRACE(overlap ? "overlapped optimizer" : "serial optimizer");
+    std::vector<double> losses;
+    for (Tier params : {Tier::nvme, Tier::host}) {
+      Config c = base(Precision::bf16);
+      c.train.steps = 2;
+      c.offload.params = params;
+      c.offload.optimizer = Tier::host;
+      c.offload.overlap_optimizer = overlap;
+      c.offload.nvme_path = {nvme_dir("rewrite")};
+      TrainerOptions opt;
+      opt.progress = false;
+      uint64_t forwarded = 0;
+      opt.on_step = [&](const StepRecord& r) { forwarded += r.traffic.forwarded_bytes; };
+      Trainer t(c, world(), opt);
+      t.train();
+      if (params == Tier::nvme) {
+        ASSERT_GT(forwarded, 0u) << "no update kept its compute copy";
+      }
+      // After the last step the first units' copies are still kept (no forward took them); the
+      // embedding is unit 0's.
+      const std::string name = t.parameter_names().front();
+      std::vector<float> w = t.parameter(name);
+      for (float& x : w) x = 0.5f - x;
+      t.set_parameter(name, w);
+      const int B = c.data.micro_batch, T = c.data.seq_len;
+      std::vector<int32_t> inputs(size_t(B) * T), targets(inputs.size());
+      for (size_t i = 0; i < inputs.size(); ++i) {
+        inputs[i] = int32_t((7 * i + 3) % size_t(c.model.vocab_size));
+        targets[i] = int32_t((5 * i + 1) % size_t(c.model.vocab_size));
+      }
+      losses.push_back(t.forward_logits(inputs.data(), targets.data(), nullptr));
+    }
+    EXPECT_EQ(losses[0], losses[1]) << "the forward computed with a compute copy kept from before "
+                                       "the parameter was written";
   }
 }
 
