@@ -2,7 +2,8 @@
 // once (a window of consecutive units, plus unit 0 when kept), never hold more elements than the
 // old pool of window (+ 1) slots of the largest unit, and split where they should: a model whose
 // blocks are its largest units keeps one class; a large vocabulary gives the embedding and the
-// head one shared slot and the blocks slots of their own size.
+// head one shared slot and the blocks slots of their own size. Placement::aliased_grads: which
+// placements have no gradient slots at all.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -111,4 +112,24 @@ TEST(SlotClasses, RandomModelsAreCoveredAndNeverLarger) {
     EXPECT_LE(Placement::slot_numel(classes), uniform_numel(numel, window, keep));
     if (HasFailure()) return;
   }
+}
+
+// The backward accumulates into the gradient shard itself (no slot) only with one rank and one
+// micro-batch, and only where the shard lies in the memory the device computes in.
+TEST(Placement, GradientsAliasTheShardOnlyInMemoryTheDeviceComputesIn) {
+  Placement p;
+  p.optimizer = Tier::host;  // gradients in host memory whatever offload.grads says
+  p.grads = Tier::device;
+  EXPECT_EQ(p.grads_tier(), Tier::host);
+  EXPECT_FALSE(p.aliased_grads(1, false));  // a GPU copies each gradient to the host
+  EXPECT_TRUE(p.aliased_grads(1, true));    // the CPU device's memory is the host's
+  EXPECT_FALSE(p.aliased_grads(2, true));   // a reduce-scatter writes the shard
+  p.grad_accum = 2;                         // each micro-batch is summed in a zeroed slot first
+  EXPECT_FALSE(p.aliased_grads(1, true));
+  p = Placement{};
+  p.optimizer = Tier::device;
+  p.grads = Tier::device;
+  EXPECT_TRUE(p.aliased_grads(1, false));
+  EXPECT_TRUE(p.aliased_grads(1, true));
+  EXPECT_FALSE(p.aliased_grads(4, false));
 }
