@@ -733,28 +733,33 @@ TEST(Offload, AWrittenParameterReplacesItsKeptComputeCopy) {
 // until it has, bounded); serially, the update of step k's last unit runs before step k + 1
 // begins. The numbers are the same either way.
 TEST(Offload, OverlappedUpdateRunsIntoTheNextStep) {
-  std::vector<double> serial_losses;
-  std::vector<std::vector<float>> serial_weights;  // the last step's update shows only here
-  for (bool overlap : {false, true}) {
-    SCOPED_TRACE(overlap ? "overlapped optimizer" : "serial optimizer");
-    Config c = base(Precision::bf16);
-    c.offload.optimizer = Tier::host;
-    c.offload.params = Tier::host;
-    c.offload.overlap_optimizer = overlap;
-    const int last = LlamaModel(c.model, world().size()).num_units() - 1;
-    auto hooks = std::make_shared<TestHooks>();
-    HoldUpdateUntilNextStep hold(*hooks, last, c.train.steps, overlap);
-    TrainerOptions opt;
-    opt.test_hooks = hooks;
-    const Result r = run(c, opt);
-    if (overlap) {
-      EXPECT_EQ(hold.begun_at, (std::vector<int64_t>{2, 3, 3}));
-      EXPECT_EQ(r.losses, serial_losses);
-      EXPECT_TRUE(r.weights == serial_weights) << "final weights differ from the serial order";
-    } else {
-      EXPECT_EQ(hold.begun_at, (std::vector<int64_t>{1, 2, 3}));
-      serial_losses = r.losses;
-      serial_weights = r.weights;
+  // One micro-batch too: on one rank the backward then accumulates into the host gradient
+  // shard itself, which the previous step's update zeroes (Placement::aliased_grads).
+  for (int accum : {2, 1}) {
+    std::vector<double> serial_losses;
+    std::vector<std::vector<float>> serial_weights;  // the last step's update shows only here
+    for (bool overlap : {false, true}) {
+      SCOPED_TRACE(str(overlap ? "overlapped" : "serial", " optimizer, grad_accum ", accum));
+      Config c = base(Precision::bf16);
+      c.train.grad_accum = accum;
+      c.offload.optimizer = Tier::host;
+      c.offload.params = Tier::host;
+      c.offload.overlap_optimizer = overlap;
+      const int last = LlamaModel(c.model, world().size()).num_units() - 1;
+      auto hooks = std::make_shared<TestHooks>();
+      HoldUpdateUntilNextStep hold(*hooks, last, c.train.steps, overlap);
+      TrainerOptions opt;
+      opt.test_hooks = hooks;
+      const Result r = run(c, opt);
+      if (overlap) {
+        EXPECT_EQ(hold.begun_at, (std::vector<int64_t>{2, 3, 3}));
+        EXPECT_EQ(r.losses, serial_losses);
+        EXPECT_TRUE(r.weights == serial_weights) << "final weights differ from the serial order";
+      } else {
+        EXPECT_EQ(hold.begun_at, (std::vector<int64_t>{1, 2, 3}));
+        serial_losses = r.losses;
+        serial_weights = r.weights;
+      }
     }
   }
 }
@@ -765,57 +770,62 @@ TEST(Offload, OverlappedUpdateRunsIntoTheNextStep) {
 // the norm). The losses, the logged gradient norms and the weights are those of the serial
 // order.
 TEST(Offload, UnclippedUpdatesRunDuringTheBackward) {
-  std::vector<StepRecord> serial_records;
-  Result serial;
-  for (bool overlap : {false, true}) {
-    SCOPED_TRACE(overlap ? "updates in the backward" : "serial optimizer");
-    Config c = base(Precision::bf16);
-    c.train.grad_clip = 0;
-    c.offload.optimizer = Tier::nvme;
-    c.offload.params = Tier::host;
-    c.offload.nvme_path = {nvme_dir("unclipped")};
-    c.offload.overlap_optimizer = overlap;
-    const int last = LlamaModel(c.model, world().size()).num_units() - 1;
-    ASSERT_GE(last, 2);
-    std::mutex mu;
-    std::condition_variable cv;
-    std::set<int> updating;  // units whose update has begun in the current step
-    int reductions_of_0 = 0;
-    std::vector<bool> overlapped_at_end;  // per step: the hook saw the updates in the backward
-    auto hooks = std::make_shared<TestHooks>();
-    hooks->before_step = [&](int64_t) {
-      std::lock_guard<std::mutex> lock(mu);
-      updating.clear();  // the previous step's (serially, they ran after its backward)
-    };
-    hooks->before_unit_update = [&](int u) {
-      std::lock_guard<std::mutex> lock(mu);
-      updating.insert(u);
-      cv.notify_all();
-    };
-    hooks->after_reduce_grad = [&](int u) {
-      if (u != 0 || ++reductions_of_0 % c.train.grad_accum != 0) return;  // the step's last backward
-      std::unique_lock<std::mutex> lock(mu);
-      if (overlap)
-        cv.wait_for(lock, std::chrono::seconds(30), [&] { return updating.count(last) && updating.count(last - 1); });
-      overlapped_at_end.push_back(updating.count(last) && updating.count(last - 1));
-    };
-    TrainerOptions opt;
-    opt.test_hooks = hooks;
-    std::vector<StepRecord> records;
-    opt.on_step = [&](const StepRecord& r) { records.push_back(r); };
-    const Result r = run(c, opt);
-    ASSERT_EQ(records.size(), size_t(c.train.steps));
-    if (!overlap) {
-      EXPECT_EQ(overlapped_at_end, std::vector<bool>(size_t(c.train.steps), false));
-      serial = r;
-      serial_records = records;
-      continue;
+  // One micro-batch too: on one rank the updates then read the host gradient shard the
+  // backward accumulated into (Placement::aliased_grads).
+  for (int accum : {2, 1}) {
+    std::vector<StepRecord> serial_records;
+    Result serial;
+    for (bool overlap : {false, true}) {
+      SCOPED_TRACE(str(overlap ? "updates in the backward" : "serial optimizer", ", grad_accum ", accum));
+      Config c = base(Precision::bf16);
+      c.train.grad_accum = accum;
+      c.train.grad_clip = 0;
+      c.offload.optimizer = Tier::nvme;
+      c.offload.params = Tier::host;
+      c.offload.nvme_path = {nvme_dir("unclipped")};
+      c.offload.overlap_optimizer = overlap;
+      const int last = LlamaModel(c.model, world().size()).num_units() - 1;
+      ASSERT_GE(last, 2);
+      std::mutex mu;
+      std::condition_variable cv;
+      std::set<int> updating;  // units whose update has begun in the current step
+      int reductions_of_0 = 0;
+      std::vector<bool> overlapped_at_end;  // per step: the hook saw the updates in the backward
+      auto hooks = std::make_shared<TestHooks>();
+      hooks->before_step = [&](int64_t) {
+        std::lock_guard<std::mutex> lock(mu);
+        updating.clear();  // the previous step's (serially, they ran after its backward)
+      };
+      hooks->before_unit_update = [&](int u) {
+        std::lock_guard<std::mutex> lock(mu);
+        updating.insert(u);
+        cv.notify_all();
+      };
+      hooks->after_reduce_grad = [&](int u) {
+        if (u != 0 || ++reductions_of_0 % c.train.grad_accum != 0) return;  // the step's last backward
+        std::unique_lock<std::mutex> lock(mu);
+        if (overlap)
+          cv.wait_for(lock, std::chrono::seconds(30), [&] { return updating.count(last) && updating.count(last - 1); });
+        overlapped_at_end.push_back(updating.count(last) && updating.count(last - 1));
+      };
+      TrainerOptions opt;
+      opt.test_hooks = hooks;
+      std::vector<StepRecord> records;
+      opt.on_step = [&](const StepRecord& r) { records.push_back(r); };
+      const Result r = run(c, opt);
+      ASSERT_EQ(records.size(), size_t(c.train.steps));
+      if (!overlap) {
+        EXPECT_EQ(overlapped_at_end, std::vector<bool>(size_t(c.train.steps), false));
+        serial = r;
+        serial_records = records;
+        continue;
+      }
+      EXPECT_EQ(overlapped_at_end, std::vector<bool>(size_t(c.train.steps), true));
+      EXPECT_EQ(r.losses, serial.losses);
+      EXPECT_TRUE(r.weights == serial.weights) << "final weights differ";
+      for (size_t i = 0; i < records.size(); ++i)
+        EXPECT_EQ(records[i].grad_norm, serial_records[i].grad_norm) << "step " << i + 1;
     }
-    EXPECT_EQ(overlapped_at_end, std::vector<bool>(size_t(c.train.steps), true));
-    EXPECT_EQ(r.losses, serial.losses);
-    EXPECT_TRUE(r.weights == serial.weights) << "final weights differ";
-    for (size_t i = 0; i < records.size(); ++i)
-      EXPECT_EQ(records[i].grad_norm, serial_records[i].grad_norm) << "step " << i + 1;
   }
 }
 
