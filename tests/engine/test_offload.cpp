@@ -63,18 +63,37 @@ Config base(Precision p) {
   return c;
 }
 
+// What a run gives: its losses, its final weights and each step's record.
 struct Result {
   std::vector<double> losses;
   std::vector<std::vector<float>> weights;
+  std::vector<StepRecord> records;
 };
 
+// Trains c; opt's own on_step, if any, still sees every record.
 Result run(const Config& c, TrainerOptions opt = {}) {
   opt.progress = false;
+  auto records = std::make_shared<std::vector<StepRecord>>();
+  opt.on_step = [records, also = opt.on_step](const StepRecord& s) {
+    records->push_back(s);
+    if (also) also(s);
+  };
   Trainer t(c, world(), opt);
   Result r;
   r.losses = t.train().losses;
   for (const auto& n : t.parameter_names()) r.weights.push_back(t.parameter(n));
+  r.records = *records;
   return r;
+}
+
+// An overlapped run trained as its serial order did: the same losses, logged gradient norms and
+// final weights.
+void expect_serial_order(const Result& overlapped, const Result& serial) {
+  EXPECT_EQ(overlapped.losses, serial.losses);
+  EXPECT_TRUE(overlapped.weights == serial.weights) << "final weights differ";
+  ASSERT_EQ(overlapped.records.size(), serial.records.size());
+  for (size_t i = 0; i < serial.records.size(); ++i)
+    EXPECT_EQ(overlapped.records[i].grad_norm, serial.records[i].grad_norm) << "step " << i + 1;
 }
 
 const char* name(Tier t) { return t == Tier::device ? "device" : t == Tier::host ? "host" : "nvme"; }
@@ -662,13 +681,10 @@ TEST(Offload, UpdatesKeepTheirComputeCopyForTheNextForward) {
               2);
     const uint64_t first = model.unit(0).layout.shard_numel() * 2;  // bf16
     const uint64_t second = model.unit(1).layout.shard_numel() * 2;
-    std::vector<StepRecord> records;
-    TrainerOptions opt;
-    opt.on_step = [&](const StepRecord& r) { records.push_back(r); };
-    const Result r = run(c, opt);
-    ASSERT_EQ(records.size(), size_t(c.train.steps));
+    const Result r = run(c);
+    ASSERT_EQ(r.records.size(), size_t(c.train.steps));
     uint64_t read = 0, forwarded = 0, gathered = 0;
-    for (const StepRecord& rec : records) {
+    for (const StepRecord& rec : r.records) {
       SCOPED_TRACE(str("step ", rec.step));
       if (rec.step == 1) EXPECT_EQ(rec.traffic.forwarded_bytes, 0u);
       else if (overlap) EXPECT_GE(rec.traffic.forwarded_bytes, first);
@@ -773,7 +789,6 @@ TEST(Offload, UnclippedUpdatesRunDuringTheBackward) {
   // One micro-batch too: on one rank the updates then read the host gradient shard the
   // backward accumulated into (Placement::aliased_grads).
   for (int accum : {2, 1}) {
-    std::vector<StepRecord> serial_records;
     Result serial;
     for (bool overlap : {false, true}) {
       SCOPED_TRACE(str(overlap ? "updates in the backward" : "serial optimizer", ", grad_accum ", accum));
@@ -810,21 +825,11 @@ TEST(Offload, UnclippedUpdatesRunDuringTheBackward) {
       };
       TrainerOptions opt;
       opt.test_hooks = hooks;
-      std::vector<StepRecord> records;
-      opt.on_step = [&](const StepRecord& r) { records.push_back(r); };
       const Result r = run(c, opt);
-      ASSERT_EQ(records.size(), size_t(c.train.steps));
-      if (!overlap) {
-        EXPECT_EQ(overlapped_at_end, std::vector<bool>(size_t(c.train.steps), false));
-        serial = r;
-        serial_records = records;
-        continue;
-      }
-      EXPECT_EQ(overlapped_at_end, std::vector<bool>(size_t(c.train.steps), true));
-      EXPECT_EQ(r.losses, serial.losses);
-      EXPECT_TRUE(r.weights == serial.weights) << "final weights differ";
-      for (size_t i = 0; i < records.size(); ++i)
-        EXPECT_EQ(records[i].grad_norm, serial_records[i].grad_norm) << "step " << i + 1;
+      ASSERT_EQ(r.records.size(), size_t(c.train.steps));
+      EXPECT_EQ(overlapped_at_end, std::vector<bool>(size_t(c.train.steps), overlap));
+      if (!overlap) serial = r;
+      else expect_serial_order(r, serial);
     }
   }
 }
@@ -835,7 +840,6 @@ TEST(Offload, UnclippedUpdatesRunDuringTheBackward) {
 // step has begun (bounded; were the norm or the step to wait for the whole update, it would wait
 // out its 30 s and see the old step). The numbers are the serial order's.
 TEST(Offload, UnclippedUpdateLateForTheBackwardRunsIntoTheNextForward) {
-  std::vector<StepRecord> serial_records;
   Result serial;
   for (bool overlap : {false, true}) {
     SCOPED_TRACE(overlap ? "updates in the backward" : "serial optimizer");
@@ -850,21 +854,15 @@ TEST(Offload, UnclippedUpdateLateForTheBackwardRunsIntoTheNextForward) {
     HoldUpdateUntilNextStep hold(*hooks, held, c.train.steps, overlap);
     TrainerOptions opt;
     opt.test_hooks = hooks;
-    std::vector<StepRecord> records;
-    opt.on_step = [&](const StepRecord& r) { records.push_back(r); };
     const Result r = run(c, opt);
-    ASSERT_EQ(records.size(), size_t(c.train.steps));
+    ASSERT_EQ(r.records.size(), size_t(c.train.steps));
     if (!overlap) {
       EXPECT_EQ(hold.begun_at, (std::vector<int64_t>{1, 2, 3}));
       serial = r;
-      serial_records = records;
       continue;
     }
     EXPECT_EQ(hold.begun_at, (std::vector<int64_t>{2, 3, 3}));
-    EXPECT_EQ(r.losses, serial.losses);
-    EXPECT_TRUE(r.weights == serial.weights) << "final weights differ";
-    for (size_t i = 0; i < records.size(); ++i)
-      EXPECT_EQ(records[i].grad_norm, serial_records[i].grad_norm) << "step " << i + 1;
+    expect_serial_order(r, serial);
   }
 }
 
@@ -1009,12 +1007,11 @@ TEST(Offload, ReadAheadFillsItsBudgetBeforeTheNorm) {
   };
   TrainerOptions opt;
   opt.test_hooks = hooks;
-  std::vector<StepRecord> records;
-  opt.on_step = [&](const StepRecord& r) { records.push_back(r); };
-  run(c, opt);
+  const std::vector<StepRecord> records = run(c, opt).records;
   EXPECT_EQ(at_norm, std::vector<uint64_t>(size_t(c.train.steps), want));
   ASSERT_EQ(records.size(), size_t(c.train.steps));
-  for (const StepRecord& r : records) EXPECT_GE(r.traffic.read_ahead_bytes, want) << "step " << r.step;
+  for (const StepRecord& r : records)
+    EXPECT_GE(r.traffic.read_ahead_bytes, want) << "step " << r.step;
 
   c.offload.optimizer_read_ahead = 3 * c.offload.optimizer_chunk - 1;
   EXPECT_ERROR_HAS(run(c), "offload.optimizer_read_ahead", "holds no whole chunk");
@@ -1048,15 +1045,12 @@ TEST(Offload, KeptStatesLeaveTheDiskAndReadAheadStartsAfterThem) {
   };
   TrainerOptions opt;
   opt.test_hooks = hooks;
-  std::vector<StepRecord> records;
-  opt.on_step = [&](const StepRecord& r) { records.push_back(r); };
   run(c, opt);
   ASSERT_FALSE(read_ahead_units.empty());
   EXPECT_EQ(*read_ahead_units.begin(), 2) << "read-ahead must skip the kept units";
   Config serial = c;
   serial.offload.overlap_optimizer = false;
-  records.clear();
-  run(serial, opt);
+  std::vector<StepRecord> records = run(serial, opt).records;
   ASSERT_EQ(records.size(), size_t(c.train.steps));
   for (const StepRecord& r : records) {  // step 1 also writes the initial states
     EXPECT_EQ(r.traffic.nvme_read_bytes, all - first_two) << "step " << r.step;
@@ -1070,9 +1064,8 @@ TEST(Offload, KeptStatesLeaveTheDiskAndReadAheadStartsAfterThem) {
     quiet.progress = false;
     EXPECT_EQ(Trainer(c, world(), quiet).state_memory().pinned_bytes, 0u);
   }
-  records.clear();
   read_ahead_units.clear();
-  run(c, opt);
+  records = run(c, opt).records;
   ASSERT_EQ(records.size(), size_t(c.train.steps));
   for (const StepRecord& r : records) {
     EXPECT_EQ(r.traffic.nvme_read_bytes, 0u) << "step " << r.step;
