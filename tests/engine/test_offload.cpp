@@ -752,8 +752,7 @@ TEST(Offload, OverlappedUpdateRunsIntoTheNextStep) {
   // One micro-batch too: on one rank the backward then accumulates into the host gradient
   // shard itself, which the previous step's update zeroes (Placement::aliased_grads).
   for (int accum : {2, 1}) {
-    std::vector<double> serial_losses;
-    std::vector<std::vector<float>> serial_weights;  // the last step's update shows only here
+    Result serial;  // the last step's update shows only in its weights
     for (bool overlap : {false, true}) {
       SCOPED_TRACE(str(overlap ? "overlapped" : "serial", " optimizer, grad_accum ", accum));
       Config c = base(Precision::bf16);
@@ -769,12 +768,10 @@ TEST(Offload, OverlappedUpdateRunsIntoTheNextStep) {
       const Result r = run(c, opt);
       if (overlap) {
         EXPECT_EQ(hold.begun_at, (std::vector<int64_t>{2, 3, 3}));
-        EXPECT_EQ(r.losses, serial_losses);
-        EXPECT_TRUE(r.weights == serial_weights) << "final weights differ from the serial order";
+        expect_serial_order(r, serial);
       } else {
         EXPECT_EQ(hold.begun_at, (std::vector<int64_t>{1, 2, 3}));
-        serial_losses = r.losses;
-        serial_weights = r.weights;
+        serial = r;
       }
     }
   }
@@ -920,8 +917,7 @@ TEST(Offload, NextForwardWaitsOnlyForTheUnitItComputes) {
         continue;
       }
       EXPECT_EQ(in_time, std::vector<bool>(size_t(c.train.steps - 1), true));
-      EXPECT_EQ(r.losses, serial.losses);
-      EXPECT_TRUE(r.weights == serial.weights) << "final weights differ";
+      expect_serial_order(r, serial);
     }
   }
 }
