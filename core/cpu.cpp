@@ -68,20 +68,10 @@ CpuFeatures detect() {
   return f;
 }
 
-uint64_t meminfo_kb(const char* key) {
-  std::ifstream in("/proc/meminfo");
-  std::string line;
-  size_t n = std::strlen(key);
-  while (std::getline(in, line)) {
-    if (line.compare(0, n, key) == 0 && line.size() > n && line[n] == ':') {
-      return std::stoull(line.substr(n + 1));
-    }
-  }
-  return 0;
-}
-
-uint64_t status_kb(const char* key) {
-  std::ifstream in("/proc/self/status");
+// The number on the line "key: N kB" of a /proc file (/proc/meminfo, /proc/self/status); 0 when
+// the file or the line is missing.
+uint64_t proc_kb(const char* file, const char* key) {
+  std::ifstream in(file);
   std::string line;
   size_t n = std::strlen(key);
   while (std::getline(in, line)) {
@@ -97,7 +87,9 @@ uint64_t status_kb(const char* key) {
 std::string CpuFeatures::describe() const {
   std::string s;
   auto add = [&](bool on, const char* name) {
-    if (on) s += (s.empty() ? "" : " ") + std::string(name);
+    if (!on) return;
+    if (!s.empty()) s += ' ';
+    s += name;
   };
   add(sse42, "sse4.2");
   add(avx, "avx");
@@ -124,10 +116,10 @@ int hardware_threads() {
   return n > 0 ? static_cast<int>(n) : 1;
 }
 
-uint64_t physical_memory_bytes() { return meminfo_kb("MemTotal") * 1024; }
-uint64_t available_memory_bytes() { return meminfo_kb("MemAvailable") * 1024; }
-uint64_t current_rss_bytes() { return status_kb("VmRSS") * 1024; }
-uint64_t peak_rss_bytes() { return status_kb("VmHWM") * 1024; }
+uint64_t physical_memory_bytes() { return proc_kb("/proc/meminfo", "MemTotal") * 1024; }
+uint64_t available_memory_bytes() { return proc_kb("/proc/meminfo", "MemAvailable") * 1024; }
+uint64_t current_rss_bytes() { return proc_kb("/proc/self/status", "VmRSS") * 1024; }
+uint64_t peak_rss_bytes() { return proc_kb("/proc/self/status", "VmHWM") * 1024; }
 
 CpuTimes CpuTimes::operator-(const CpuTimes& e) const {
   CpuTimes d;
