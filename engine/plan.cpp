@@ -85,10 +85,12 @@ MemoryPlan plan_memory(const Config& c, int dp, const PlanMachine& machine, int 
   // Shards.
   // offload.optimizer_host_bytes: the first units' states in host memory, the rest on NVMe.
   const uint64_t kept = optimizer_host_elems(model, pl);  // shard elements whose states stay
-  row(Tier::host, "master weights, first units kept (f32)", mul(kept, 4));
+  // An f32 master that is also the compute copy is pinned in host memory (engine/zero.cpp).
+  const bool pinned_master = pl.param_is_master();
+  row(Tier::host, "master weights, first units kept (f32)", mul(kept, 4), pinned_master);
   row(Tier::host, str("AdamW m and v, first units kept (", dtype_name(pl.state), ")"),
       mul(kept, 2 * pl.state_elem_bytes()));
-  row(pl.optimizer, "master weights (f32 shard)", mul(shard - kept, 4));
+  row(pl.optimizer, "master weights (f32 shard)", mul(shard - kept, 4), pinned_master);
   row(pl.optimizer, str("AdamW m and v (", dtype_name(pl.state), " shards)"),
       mul(shard - kept, 2 * pl.state_elem_bytes()));
   row(grads, "gradients (f32 shard)", mul(shard, 4), true);

@@ -242,7 +242,9 @@ ZeroEngine::Impl::Impl(const LlamaModel& model, Device& device, Communicator& dp
     const size_t n = model.unit(u).layout.shard_numel();
     const std::string k = str("unit", u, "/");
     const Tier opt_tier = u < opt_host_units ? Tier::host : place_.optimizer;
-    place(s.master, opt_tier, n * 4, k + "master", "master weights shard", false);
+    // An f32 master that is also the compute copy is pinned like any compute copy in host
+    // memory: the gathers copy from it.
+    place(s.master, opt_tier, n * 4, k + "master", "master weights shard", param_is_master());
     place(s.m, opt_tier, n * ssz, k + "m", "AdamW m shard", false);
     place(s.v, opt_tier, n * ssz, k + "v", "AdamW v shard", false);
     place(s.grad, grads_tier_, n * 4, "", "gradient shard", true);

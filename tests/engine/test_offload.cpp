@@ -498,6 +498,13 @@ TEST(Offload, PlanCountsWhatTheEngineAllocates) {
           EXPECT_EQ(rows("host", {"AdamW m and v"}), kept * mv);
           EXPECT_EQ(rows("host", {"master weights"}), kept * 4);
         }
+        // An f32 master in host memory that is also the compute copy is pinned: the gathers
+        // copy from it.
+        if (optimizer == Tier::host) {
+          const bool is_copy = prec == Precision::fp32;
+          EXPECT_EQ(rows("pinned", {"master weights"}), is_copy ? shard * 4 : 0);
+          EXPECT_EQ(rows("host", {"master weights"}), is_copy ? 0 : shard * 4);
+        }
       }
 }
 
