@@ -37,6 +37,8 @@ namespace strata {
 namespace {
 
 namespace ref = cpu::ref;
+using test::AttnLayout;
+using test::AttnShape;
 using test::Gpu;
 using test::kU32;
 using test::max_abs;
@@ -410,34 +412,6 @@ TEST(CudaOps, RopeForwardAndBackwardMatchTheReference) {
 }
 
 // ---- attention ------------------------------------------------------------------------------
-
-struct AttnShape {
-  int B, T, H, KVH, D;
-};
-
-// q, k, v (and dq, dk, dv) in one buffer: packed rows of (H + 2·KVH)·D floats (the fused QKV
-// projection's output) or three buffers with padded rows (ldq = H·D + 3, ldkv = KVH·D + 5).
-struct AttnLayout {
-  int ldq, ldkv;
-  size_t q_off, k_off, v_off, size;
-  AttnLayout(const AttnShape& s, bool packed) {
-    const size_t rows = size_t(s.B) * s.T;
-    if (packed) {
-      ldq = ldkv = (s.H + 2 * s.KVH) * s.D;
-      q_off = 0;
-      k_off = size_t(s.H) * s.D;
-      v_off = k_off + size_t(s.KVH) * s.D;
-      size = rows * ldq;
-    } else {
-      ldq = s.H * s.D + 3;
-      ldkv = s.KVH * s.D + 5;
-      q_off = 0;
-      k_off = rows * ldq;
-      v_off = k_off + rows * ldkv;
-      size = v_off + rows * ldkv;
-    }
-  }
-};
 
 // Query blocks of 64 rows: T = 1, 63, 64, 65, 130 hit the tails; D not a multiple of 4 (lanes
 // with partial dims), D up to the kernel's 256; GQA groups of 1, 2 and 4.

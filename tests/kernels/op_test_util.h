@@ -111,4 +111,34 @@ inline void expect_equal(const std::string& what, const std::vector<float>& got,
   expect_close(what, got, want, 0.0, 0.0);
 }
 
+// An attention test's shape: batch, sequence, query heads, kv heads, head dim.
+struct AttnShape {
+  int B, T, H, KVH, D;
+};
+
+// Where q, k and v (and dq, dk, dv) lie in one buffer: packed rows of (H + 2·KVH)·D floats, q then
+// k then v (the fused QKV projection's output), or three buffers with padded rows (ldq = H·D + 3,
+// ldkv = KVH·D + 5).
+struct AttnLayout {
+  int ldq, ldkv;
+  size_t q_off, k_off, v_off, size;
+  AttnLayout(const AttnShape& s, bool packed) {
+    const size_t rows = size_t(s.B) * s.T;
+    if (packed) {
+      ldq = ldkv = (s.H + 2 * s.KVH) * s.D;
+      q_off = 0;
+      k_off = size_t(s.H) * s.D;
+      v_off = k_off + size_t(s.KVH) * s.D;
+      size = rows * ldq;
+    } else {
+      ldq = s.H * s.D + 3;
+      ldkv = s.KVH * s.D + 5;
+      q_off = 0;
+      k_off = rows * ldq;
+      v_off = k_off + rows * ldkv;
+      size = v_off + rows * ldkv;
+    }
+  }
+};
+
 }  // namespace strata::test

@@ -23,6 +23,8 @@ namespace {
 
 namespace fast = cpu::fast;
 namespace ref = cpu::ref;
+using test::AttnLayout;
+using test::AttnShape;
 using test::expect_close;
 using test::expect_close_fn;
 using test::expect_equal;
@@ -151,36 +153,6 @@ TEST(FastVsRef, LinearForwardAndBackward) {
 }
 
 // ---- attention ------------------------------------------------------------------------------
-
-struct AttnShape {
-  int B, T, H, KVH, D;
-};
-
-// q, k, v (and dq, dk, dv) in one buffer with the given layout:
-//   packed: rows of (H + 2·KVH)·D floats, q then k then v (the fused QKV projection's output);
-//   separate: three buffers with padded rows, ldq = H·D + 3, ldkv = KVH·D + 5.
-struct AttnLayout {
-  bool packed;
-  int ldq, ldkv;
-  size_t q_off, k_off, v_off, size;
-  AttnLayout(const AttnShape& s, bool p) : packed(p) {
-    const size_t rows = size_t(s.B) * s.T;
-    if (p) {
-      ldq = ldkv = (s.H + 2 * s.KVH) * s.D;
-      q_off = 0;
-      k_off = size_t(s.H) * s.D;
-      v_off = k_off + size_t(s.KVH) * s.D;
-      size = rows * ldq;
-    } else {
-      ldq = s.H * s.D + 3;
-      ldkv = s.KVH * s.D + 5;
-      q_off = 0;
-      k_off = rows * ldq;
-      v_off = k_off + rows * ldkv;
-      size = v_off + rows * ldkv;
-    }
-  }
-};
 
 const AttnShape kAttnShapes[] = {{1, 1, 1, 1, 8},   {2, 7, 2, 1, 16},  {3, 17, 4, 1, 8},
                                  {2, 64, 2, 2, 16}, {1, 65, 4, 2, 64}, {1, 130, 8, 2, 64},
