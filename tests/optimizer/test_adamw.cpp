@@ -21,144 +21,20 @@
 #include "optimizer/adamw.h"
 #include "optimizer/adamw_def.h"
 #include "optimizer/adamw_isa.h"
+#include "tests/optimizer/adamw_test_util.h"
 
 namespace strata {
 namespace {
 
 constexpr size_t kSizes[] = {1, 7, 15, 16, 17, 31, 33, 4097, (size_t{1} << 20) + 3};
 
-struct Variant {
-  bool grad_bf16 = false;
-  bool state_bf16 = false;
-  bool copy_bf16 = false;
-  std::string name() const {
-    return str(grad_bf16 ? "grad_bf16" : "grad_f32", state_bf16 ? "+state_bf16" : "+state_f32",
-               copy_bf16 ? "+copy_bf16" : "");
-  }
-};
-
-std::vector<Variant> all_variants() {
-  std::vector<Variant> out;
-  for (int i = 0; i < 8; ++i) out.push_back({bool(i & 4), bool(i & 2), bool(i & 1)});
-  return out;
-}
-
-// One shard's arrays, starting `offset` elements into their allocation (offset 1 makes every
-// pointer 4- or 2-byte aligned only, so the vector paths run on unaligned data).
-struct Shard {
-  size_t n = 0, offset = 0;
-  Variant variant;
-  std::vector<float> p, g, m, v;
-  std::vector<uint16_t> gb, mb, vb, pb;
-
-  AdamWTensors tensors() {
-    AdamWTensors t;
-    t.n = n;
-    t.param = p.data() + offset;
-    if (variant.grad_bf16)
-      t.grad_bf16 = gb.data() + offset;
-    else
-      t.grad = g.data() + offset;
-    if (variant.state_bf16) {
-      t.m_bf16 = mb.data() + offset;
-      t.v_bf16 = vb.data() + offset;
-    } else {
-      t.m = m.data() + offset;
-      t.v = v.data() + offset;
-    }
-    if (variant.copy_bf16) t.param_bf16 = pb.data() + offset;
-    return t;
-  }
-};
-
-// Values a training run meets, plus the awkward ones: zeros, subnormals, huge and tiny
-// magnitudes, gradients whose scaled square underflows. No NaN: x86 may return either NaN
-// operand's payload, so NaN bits are not part of the definition (NaN stays NaN).
-float draw(std::mt19937& rng, float typical) {
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::uniform_int_distribution<int> pick(0, 63);
-  switch (pick(rng)) {
-    case 0:
-      return 0.0f;
-    case 1:
-      return -0.0f;
-    case 2:
-      return 1e-40f * u(rng);  // subnormal
-    case 3:
-      return 1e20f * u(rng);
-    case 4:
-      return 1e-20f * u(rng);
-    case 5:
-      return typical * std::ldexp(u(rng), -30);
-    default:
-      return typical * u(rng) * std::exp2(4.0f * u(rng));
-  }
-}
-
-Shard make_shard(size_t n, size_t offset, Variant variant, uint32_t seed) {
-  Shard s;
-  s.n = n;
-  s.offset = offset;
-  s.variant = variant;
-  const size_t total = n + offset;
-  s.p.resize(total);
-  s.g.resize(total);
-  s.m.resize(total);
-  s.v.resize(total);
-  s.gb.resize(total);
-  s.mb.resize(total);
-  s.vb.resize(total);
-  s.pb.assign(total, 0xdead);
-  std::mt19937 rng(seed);
-  for (size_t i = 0; i < total; ++i) {
-    s.p[i] = draw(rng, 1.0f);
-    s.g[i] = draw(rng, 1e-2f);
-    s.m[i] = draw(rng, 1e-3f);
-    s.v[i] = std::fabs(draw(rng, 1e-6f));
-    s.gb[i] = f32_to_bf16_bits(s.g[i]);
-    s.mb[i] = f32_to_bf16_bits(s.m[i]);
-    s.vb[i] = f32_to_bf16_bits(s.v[i]);
-  }
-  return s;
-}
-
-// Bitwise equality of two arrays; on a mismatch, the count and the first index with both values.
-template <class T>
-::testing::AssertionResult same_bits(const char* what, const std::vector<T>& want,
-                                     const std::vector<T>& got) {
-  if (want.size() == got.size() &&
-      std::memcmp(want.data(), got.data(), want.size() * sizeof(T)) == 0)
-    return ::testing::AssertionSuccess();
-  if (want.size() != got.size())
-    return ::testing::AssertionFailure()
-           << what << ": sizes " << want.size() << " vs " << got.size();
-  size_t first = want.size(), count = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    if (std::memcmp(&want[i], &got[i], sizeof(T)) != 0) {
-      if (first == want.size()) first = i;
-      ++count;
-    }
-  }
-  auto show = [](T x) {
-    char buf[64];
-    if constexpr (sizeof(T) == 4)
-      std::snprintf(buf, sizeof buf, "%.9g (0x%08x)", double(x), std::bit_cast<uint32_t>(x));
-    else
-      std::snprintf(buf, sizeof buf, "0x%04x", unsigned{x});
-    return std::string(buf);
-  };
-  return ::testing::AssertionFailure()
-         << what << ": " << count << " of " << want.size() << " elements differ; first at " << first
-         << ": reference " << show(want[first]) << ", got " << show(got[first]);
-}
-
-::testing::AssertionResult same_shard(const Shard& want, const Shard& got) {
-  for (auto r : {same_bits("param", want.p, got.p), same_bits("m", want.m, got.m),
-                 same_bits("v", want.v, got.v), same_bits("m_bf16", want.mb, got.mb),
-                 same_bits("v_bf16", want.vb, got.vb), same_bits("param_bf16", want.pb, got.pb)})
-    if (!r) return r;
-  return ::testing::AssertionSuccess();
-}
+using Variant = test::AdamWVariant;
+using Shard = test::AdamWShard;
+using test::adamw_draw;
+using test::all_adamw_variants;
+using test::make_adamw_shard;
+using test::same_bits;
+using test::same_shard;
 
 AdamWHyper hyper_with(float weight_decay) {
   AdamWHyper h;
@@ -190,8 +66,8 @@ TEST_P(AdamWPath, BitIdenticalToScalarReference) {
   for (const size_t n : kSizes) {
     const bool big = n > 100000;
     for (const size_t offset : big ? std::vector<size_t>{0} : std::vector<size_t>{0, 1}) {
-      const Shard initial = make_shard(n, offset, {}, static_cast<uint32_t>(n * 131 + offset));
-      for (const Variant& variant : all_variants()) {
+      const Shard initial = make_adamw_shard(n, offset, {}, uint32_t(n * 131 + offset));
+      for (const Variant& variant : all_adamw_variants()) {
         for (const float wd : {0.0f, 0.1f}) {
           SCOPED_TRACE(str(adam_isa_name(isa), " n=", n, " ", variant.name(), " wd=", wd,
                            " offset=", offset));
@@ -222,16 +98,16 @@ TEST_P(AdamWPath, FusedScaleEqualsScalingFirst) {
   for (const bool grad_bf16 : {false, true}) {
     const size_t n = 4097 + 3 * 64 * 1024;  // several oneTBB pieces and a tail
     const Variant fused_variant{grad_bf16, false, true};
-    Shard fused = make_shard(n, 0, fused_variant, 7);
-    Shard first = make_shard(n, 0, {false, false, true}, 7);
-    Shard pass = make_shard(n, 0, {false, false, true}, 7);
+    Shard fused = make_adamw_shard(n, 0, fused_variant, 7);
+    Shard first = make_adamw_shard(n, 0, {false, false, true}, 7);
+    Shard pass = make_adamw_shard(n, 0, {false, false, true}, 7);
     const AdamWHyper h = hyper_with(0.1f);
     for (int64_t step = 1; step <= 3; ++step) {
       const float scale = step == 2 ? 1.0f / 3.0f : 0.7f;
       // fresh gradients each step, as in training
       std::mt19937 rng(static_cast<uint32_t>(100 + step));
       for (size_t i = 0; i < n; ++i) {
-        const float g = draw(rng, 1e-2f);
+        const float g = adamw_draw(rng, 1e-2f);
         fused.g[i] = g;
         fused.gb[i] = f32_to_bf16_bits(g);
         const float unscaled = grad_bf16 ? bf16_bits_to_f32(fused.gb[i]) : g;
@@ -257,7 +133,7 @@ TEST_P(AdamWPath, FusedScaleEqualsScalingFirst) {
 // result, element by element.
 TEST_P(AdamWPath, Bf16CopyIsRoundToNearestEvenOfResult) {
   const AdamIsa isa = GetParam();
-  Shard s = make_shard(100003, 0, {false, false, true}, 11);
+  Shard s = make_adamw_shard(100003, 0, {false, false, true}, 11);
   for (int64_t step = 1; step <= 3; ++step) {
     adamw_update_isa(isa, hyper_with(0.1f), step, 1.0f, s.tensors());
     for (size_t i = 0; i < s.n; ++i)
@@ -280,7 +156,7 @@ TEST_P(AdamWPath, Bf16CopyRoundingCases) {
       0x7fc12345u, 0xffc00001u, 0x7f812345u,               // quiet NaNs, a signalling NaN
   };
   const size_t n = 3 * std::size(special) + 5;  // a vector body and a tail on every path
-  Shard s = make_shard(n, 0, {false, false, true}, 3);
+  Shard s = make_adamw_shard(n, 0, {false, false, true}, 3);
   for (size_t i = 0; i < n; ++i) {
     s.p[i] = std::bit_cast<float>(special[i % std::size(special)]);
     s.g[i] = s.m[i] = s.v[i] = 0.0f;
@@ -322,7 +198,7 @@ TEST_P(AdamWPath, Bf16CopyWithStreamingStores) {
   const size_t n = kAdamWNonTemporalElems + 37;
   for (const size_t misalign : {size_t{0}, size_t{1}}) {
     SCOPED_TRACE(str("bf16 destination misaligned by ", misalign, " elements"));
-    Shard ref = make_shard(n, 0, {false, false, true}, 21), got = ref;
+    Shard ref = make_adamw_shard(n, 0, {false, false, true}, 21), got = ref;
     auto place = [&](std::vector<uint16_t>& storage) {  // 64-byte aligned, then misaligned
       storage.assign(n + 64, 0);
       uint16_t* at = storage.data();
@@ -351,8 +227,8 @@ INSTANTIATE_TEST_SUITE_P(Isa, AdamWPath, ::testing::ValuesIn(vector_isas()), isa
 // the parameterized tests above cover it only as the oracle).
 TEST(AdamWScalar, FusedScaleAndCopy) {
   const size_t n = 5003;
-  Shard fused = make_shard(n, 0, {false, false, true}, 5);
-  Shard first = make_shard(n, 0, {false, false, true}, 5);
+  Shard fused = make_adamw_shard(n, 0, {false, false, true}, 5);
+  Shard first = make_adamw_shard(n, 0, {false, false, true}, 5);
   for (size_t i = 0; i < n; ++i) first.g[i] = fused.g[i] * 0.37f;
   adamw_update_isa(AdamIsa::scalar, hyper_with(0.1f), 4, 0.37f, fused.tensors());
   adamw_update_isa(AdamIsa::scalar, hyper_with(0.1f), 4, 1.0f, first.tensors());
@@ -411,7 +287,7 @@ TEST(AdamWDefinition, MatchesFormulaInDouble) {
   for (const Case& c : cases) {
     SCOPED_TRACE(
         str("wd=", c.h.weight_decay, " step=", c.step, " scale=", c.scale, " lr=", c.h.lr));
-    Shard s = make_shard(n, 0, {false, false, false}, static_cast<uint32_t>(c.step));
+    Shard s = make_adamw_shard(n, 0, {false, false, false}, static_cast<uint32_t>(c.step));
     // Moderate values for this check (the bitwise tests cover the extremes).
     std::mt19937 rng(static_cast<uint32_t>(c.step * 7));
     std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
@@ -478,8 +354,8 @@ TEST(AdamWDefinition, StepConstants) {
 // bf16 storage".
 TEST(AdamWBf16State, StoresRoundedMoments) {
   const size_t n = 4097;
-  Shard b = make_shard(n, 0, {false, true, false}, 9);
-  Shard f = make_shard(n, 0, {false, false, false}, 9);
+  Shard b = make_adamw_shard(n, 0, {false, true, false}, 9);
+  Shard f = make_adamw_shard(n, 0, {false, false, false}, 9);
   for (size_t i = 0; i < n; ++i) {
     f.m[i] = bf16_bits_to_f32(b.mb[i]);
     f.v[i] = bf16_bits_to_f32(b.vb[i]);
@@ -560,7 +436,7 @@ TEST(AdamWIsaSelection, ActiveIsaFollowsStrataIsa) {
 // Argument checks.
 
 TEST(AdamWErrors, RejectsBadCalls) {
-  Shard s = make_shard(17, 0, {}, 1);
+  Shard s = make_adamw_shard(17, 0, {}, 1);
   const AdamWHyper h;
   EXPECT_THROW(adamw_update(h, 0, 1.0f, s.tensors()), Error);  // steps are 1-based
   EXPECT_THROW(adamw_update(h, 1, NAN, s.tensors()), Error);
