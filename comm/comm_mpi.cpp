@@ -351,7 +351,11 @@ void mpi_abort_if_running(int code) {
 std::unique_ptr<Communicator> make_mpi_world() {
   runtime();
   MPI_Comm dup;
-  STRATA_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &dup));
+  {
+    WatchedWait w("MPI_Comm_dup of MPI_COMM_WORLD (every rank must make its world communicator)",
+                  WaitKind::collective, watchdog_context());
+    STRATA_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &dup));
+  }
   return std::make_unique<MpiCommunicator>(dup, true);
 }
 

@@ -212,9 +212,13 @@ class NcclCommunicator final : public Communicator {
 
   // The operation body runs with the mutex held, on the communicator's stream `st`, after the
   // caller's stream (event ready_), and the caller's stream then waits for it (event done_).
+  // Enqueueing is watched: NCCL can block the host in it (connecting to a peer on first use, or
+  // a full work queue behind a peer that never joins), and other threads wait on the mutex.
   template <class F>
   void enqueue(Stream& s, const char* what, F&& body) {
     cudaStream_t caller = static_cast<cudaStream_t>(cuda::native_stream(s));
+    WatchedWait w(str("enqueueing an NCCL ", what, " on '", name(), "'"), WaitKind::collective,
+                  watchdog_context());
     std::lock_guard<std::mutex> lock(m_);
     check_alive(what);
     use_device(device_);
@@ -307,7 +311,8 @@ class NcclCommunicator final : public Communicator {
         abort_now();
       } else {
         if (stream_) {  // every operation issued has completed (a peer that never joins: watched)
-          WatchedWait w("an NCCL communicator's stream drains before ncclCommDestroy",
+          WatchedWait w(str("the stream of NCCL communicator '", name(),
+                            "' drains before ncclCommDestroy"),
                         WaitKind::collective, watchdog_context());
           cudaStreamSynchronize(stream_);
         }

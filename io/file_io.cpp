@@ -25,6 +25,7 @@
 #include "core/log.h"
 #include "core/size.h"
 #include "core/trace.h"
+#include "core/watchdog.h"
 #include "io/backend.h"
 
 namespace strata {
@@ -167,6 +168,8 @@ FileIO::FileIO(std::unique_ptr<IoBackend> backend, IoOptions options)
 
 FileIO::~FileIO() {
   try {
+    WatchedWait w(str("FileIO '", options_.name, "' drains its requests at shutdown"),
+                  WaitKind::io, watchdog_context());
     std::vector<IoCompletion> ignored;
     drain(&ignored);
   } catch (const std::exception& e) {

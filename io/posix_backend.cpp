@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/watchdog.h"
 #include "io/backend.h"
 
 namespace strata {
@@ -110,6 +111,9 @@ class PosixBackend final : public IoBackend {
       stopping_ = true;
     }
     work_cv_.notify_all();
+    // A worker inside a pread or pwrite that never returns (a hung device) would hold this.
+    WatchedWait w("the POSIX I/O backend's workers finish their reads and writes at shutdown",
+                  WaitKind::io, watchdog_context());
     for (std::thread& t : workers_)
       if (t.joinable()) t.join();
   }

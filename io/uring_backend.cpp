@@ -11,6 +11,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
@@ -192,6 +194,9 @@ class UringBackend final : public IoBackend {
         int rc = io_uring_submit_and_wait(&ring_, unsigned(min_results));
         if (rc >= 0 || rc == -EAGAIN || rc == -EBUSY) {
           if (rc >= 0 || io_uring_cq_ready(&ring_) > 0) break;
+          // The kernel is out of resources with nothing completed: let it catch up, without
+          // spinning a core (the caller's wait is watched).
+          std::this_thread::sleep_for(std::chrono::microseconds(50));
           continue;
         }
         if (rc == -EINTR) continue;

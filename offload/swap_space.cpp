@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/size.h"
+#include "core/watchdog.h"
 
 namespace strata {
 namespace {
@@ -122,6 +123,8 @@ SwapSpace::SwapSpace(FileIO& io, SwapSpaceOptions options) : io_(io), options_(s
 SwapSpace::~SwapSpace() {
   if (file_ < 0) return;
   try {
+    WatchedWait w(str("the swap space over ", paths_.size(), " file(s) drains its I/O at shutdown"),
+                  WaitKind::io, watchdog_context());
     io_.drain();
   } catch (const std::exception& e) {
     log_error("offload", "swap space: error while draining at shutdown: ", e.what());

@@ -37,6 +37,7 @@ struct EventState {
   std::condition_variable cv;
   uint64_t recorded = 0;   // generation of the latest record()
   uint64_t completed = 0;  // highest generation that has completed
+  std::string recorded_on;  // the stream of the latest record(), for the watchdog's report
 };
 
 class CpuEvent final : public Event {
@@ -52,7 +53,8 @@ class CpuEvent final : public Event {
     uint64_t target = state->recorded;
     auto done = [&] { return state->completed >= target; };
     if (done()) return;
-    WatchedWait w("the host waits for an event", WaitKind::host, watchdog_context());
+    WatchedWait w(str("the host waits for an event recorded on stream '", state->recorded_on, "'"),
+                  WaitKind::host, watchdog_context());
     state->cv.wait(lock, done);
   }
 };
@@ -100,6 +102,7 @@ class CpuStream final : public Stream {
     {
       std::lock_guard<std::mutex> lock(st->m);
       gen = ++st->recorded;
+      st->recorded_on = name_;
     }
     push(Task{Kind::control, "record", [st, gen] {
                 {

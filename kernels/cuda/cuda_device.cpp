@@ -29,6 +29,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/size.h"
+#include "core/watchdog.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/cuda_stream.h"
@@ -164,17 +165,32 @@ class CudaMemory final : public BufferReleaser {
     return true;
   }
   void unpin(void* p, size_t n) noexcept {
-    const cudaError_t rc = cudaHostUnregister(p);
+    cudaError_t rc;
+    {
+      WatchedWait w = watched_release("cudaHostUnregister", n);
+      rc = cudaHostUnregister(p);
+    }
     if (rc != cudaSuccess) log_warn("cuda::unpin_host", "cudaHostUnregister failed: ", cudaGetErrorString(rc));
     cudaGetLastError();
     std::lock_guard<std::mutex> lock(m_);
     pinned_ -= n;
   }
 
+  // cudaFree, cudaFreeHost and cudaHostUnregister wait for all the device's work, NCCL kernels
+  // included; one held by a peer that never joins would hold them, so they are watched.
+  static WatchedWait watched_release(const char* call, size_t bytes) {
+    return WatchedWait(str(call, " of ", format_bytes(bytes), " (it waits for the whole device)"),
+                       WaitKind::stream, watchdog_context());
+  }
+
   void release(void* ptr, size_t bytes, MemoryKind kind) noexcept override {
     if (kind == MemoryKind::device) {
       cudaSetDevice(ordinal_);
-      const cudaError_t rc = cudaFree(ptr);
+      cudaError_t rc;
+      {
+        WatchedWait w = watched_release("cudaFree", bytes);
+        rc = cudaFree(ptr);
+      }
       if (rc != cudaSuccess) log_warn("cuda::free", "cudaFree failed: ", cudaGetErrorString(rc));
       cudaGetLastError();
       std::lock_guard<std::mutex> lock(m_);
@@ -188,7 +204,12 @@ class CudaMemory final : public BufferReleaser {
         pinned_ -= bytes;
         host_alloced = host_alloced_.erase(ptr) > 0;
       }
-      const cudaError_t rc = host_alloced ? cudaFreeHost(ptr) : cudaHostUnregister(ptr);
+      cudaError_t rc;
+      {
+        WatchedWait w =
+            watched_release(host_alloced ? "cudaFreeHost" : "cudaHostUnregister", bytes);
+        rc = host_alloced ? cudaFreeHost(ptr) : cudaHostUnregister(ptr);
+      }
       if (rc != cudaSuccess) log_warn("cuda::free", "releasing pinned memory failed: ", cudaGetErrorString(rc));
       cudaGetLastError();
       if (host_alloced) return;

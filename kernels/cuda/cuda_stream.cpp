@@ -94,9 +94,20 @@ bool CudaEvent::query() {
   return false;
 }
 
+void CudaEvent::set_recorded_on(const std::string& stream) {
+  std::lock_guard<std::mutex> lock(m_);
+  recorded_on_ = stream;
+}
+
 void CudaEvent::synchronize() {
   if (query()) return;
-  WatchedWait w("the host waits for a CUDA event", WaitKind::host, watchdog_context());
+  std::string on;
+  {
+    std::lock_guard<std::mutex> lock(m_);
+    on = recorded_on_;
+  }
+  WatchedWait w(str("the host waits for a CUDA event recorded on stream '", on, "'"),
+                WaitKind::host, watchdog_context());
   STRATA_CUDA_CHECK(cudaEventSynchronize(as_event(event_)));
 }
 
@@ -222,6 +233,7 @@ void CudaStream::record(Event& event) {
   CudaEvent& e = cuda_event(event, "cuda::record");
   make_current();
   STRATA_CUDA_CHECK(cudaEventRecord(as_event(e.native()), as_stream(stream_)));
+  e.set_recorded_on(name_);
 }
 
 void CudaStream::wait(Event& event) {

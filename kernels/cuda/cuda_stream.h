@@ -61,10 +61,14 @@ class CudaEvent final : public Event {
   void synchronize() override;  // cudaEventSynchronize
   void* native() const { return event_; }  // cudaEvent_t
   int ordinal() const { return ordinal_; }
+  // The stream of the latest record, for the watchdog's report (CudaStream::record sets it).
+  void set_recorded_on(const std::string& stream);
 
  private:
   void* event_ = nullptr;
   int ordinal_ = 0;
+  std::mutex m_;
+  std::string recorded_on_;
 };
 
 class CudaStream final : public Stream {

@@ -16,6 +16,7 @@
 
 #include "core/error.h"
 #include "core/size.h"
+#include "core/watchdog.h"
 #include "kernels/cpu/fast_ops.h"
 #include "kernels/device.h"
 #include "kernels/ops.h"
@@ -110,6 +111,30 @@ TEST(CpuDevice, EventWaitRefersToTheLatestRecord) {
   b->synchronize();
   EXPECT_EQ(seen, 1);
   a->synchronize();
+}
+
+// The host's wait for an event is watched, and the watchdog's report names the stream that
+// recorded it.
+TEST(CpuDevice, TheWatchdogNamesTheStreamAnEventWaitsFor) {
+  auto dev = cpu_device();
+  auto s = dev->make_stream("optimizer");
+  auto ev = dev->make_event();
+  std::promise<void> gate;
+  auto opened = gate.get_future().share();
+  s->host_task("hold", [opened] { opened.wait(); });
+  s->record(*ev);
+  std::thread host([&] { ev->synchronize(); });
+  std::string report;
+  for (int i = 0; i < 500 && report.empty(); ++i) {  // bounded: 5 s
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    report = watchdog_report_now(0.001);
+  }
+  gate.set_value();
+  host.join();
+  s->synchronize();
+  EXPECT_NE(report.find("the host waits for an event recorded on stream 'optimizer'"),
+            std::string::npos)
+      << report;
 }
 
 TEST(CpuDevice, SynchronizeRethrowsTaskErrorAsStrataErrorAndClearsIt) {
