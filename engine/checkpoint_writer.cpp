@@ -174,11 +174,6 @@ void CheckpointWriter::save(Job& job) {
   const std::string file = checkpoint_rank_file(rank);
   write_file(job, (fs::path(tmp) / file).string(), bytes, hash);
   const double write_ms = ms_since(t0);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    reads_done_ = true;  // the data is on disk: the optimizer may overwrite the states
-  }
-  cv_.notify_all();
 
   // Every rank's size and hash to everyone; rank 0 lists them and commits.
   auto t1 = Clock::now();
@@ -350,6 +345,14 @@ void CheckpointWriter::write_file(Job& job, const std::string& path, uint64_t& b
     }
   }
   while (!writes.empty()) reap(writes.size());
+  // Every write has completed, so none still reads a state's memory: the optimizer may
+  // overwrite them while the file is synced and the save commits.
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    reads_done_ = true;
+  }
+  cv_.notify_all();
+  run_checkpoint_hook(opt_.test_hooks.get(), "written", job.manifest.step);
   fio->sync(f);
   closer.closed = true;
   fio->close(f);

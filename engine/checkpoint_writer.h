@@ -8,7 +8,8 @@
 // (xxHash64), fsyncs the file, gathers every rank's size and hash, and rank 0 commits
 // (engine/checkpoint.h). The ordering rule: forward and backward never write master, m or v, so
 // the next step computes while the save reads them; the next optimizer step waits until the
-// save has read all of them (wait_reads). Errors of a save are rethrown on the trainer's thread
+// save has read all of them (wait_reads: every write of this rank's file has completed; the
+// fsync, the exchange of hashes and the commit run on behind it). Errors of a save are rethrown on the trainer's thread
 // at its next call here; the previous checkpoint is left as it was.
 #pragma once
 

@@ -348,7 +348,8 @@ const std::vector<Key>& keys() {
        "newest complete checkpoints kept; older ones are removed after each save", between(1, 1e6)},
       {STRATA_CONFIG_KEY(checkpoint, async), Kind::boolean,
        "write behind training (the next optimizer step waits only until the save has read the "
-       "states); false: the save completes before the next step starts"},
+       "states: every write of this rank's file complete; the fsync and the commit run behind "
+       "it); false: the save completes before the next step starts"},
   };
   return kKeys;
 }

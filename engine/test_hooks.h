@@ -32,9 +32,10 @@ struct TestHooks {
   // under io/fault_backend.h's injector).
   std::vector<FaultRule> io_faults;
   std::vector<FaultRule> checkpoint_io_faults;
-  // Called at each phase of a checkpoint save ("shard" half-way through a rank file, "manifest"
-  // before the manifest is written, "rename" before step_N.tmp is renamed, "latest" before
-  // `latest` moves) with the step being saved. Empty: nothing.
+  // Called at each phase of a checkpoint save ("shard" half-way through a rank file, "written"
+  // once its writes have completed, before its fsync; "manifest" before the manifest is
+  // written, "rename" before step_N.tmp is renamed, "latest" before `latest` moves) with the
+  // step being saved. Empty: nothing.
   std::function<void(const char* phase, int64_t step)> checkpoint_hook;
   // Called on every rank before each step's first collective (a rank that hangs or fails).
   std::function<void(int64_t step)> before_step;

@@ -632,6 +632,50 @@ TEST(Checkpoint, AnIoErrorWhileSavingEndsTheRunAndKeepsThePreviousCheckpoint) {
   EXPECT_FALSE(fs::exists(c.checkpoint.dir + "/step_4"));
 }
 
+// Asynchronous saves: the next optimizer step waits for the save's writes, not for the file's
+// fsync or the commit. The hook holds step 1's save after its writes, before the fsync, until
+// step 2's first update has begun (bounded: were the update to wait for the whole save, it would
+// wait out its 30 s and see none). The checkpoint is complete and the run's numbers are those of
+// the run without saves.
+TEST(Checkpoint, TheNextUpdateDoesNotWaitForTheSavesFsync) {
+  Config c = base();
+  c.train.steps = 3;
+  const Result plain = run(c, world());
+  c.checkpoint.dir = shared_dir("written", world());
+  c.checkpoint.every = 1;
+  ASSERT_TRUE(c.checkpoint.async);
+  std::mutex mu;
+  std::condition_variable cv;
+  int64_t step = 0;
+  bool updating_step_2 = false;
+  std::vector<bool> update_before_fsync;
+  auto hooks = std::make_shared<TestHooks>();
+  hooks->before_step = [&](int64_t s) {
+    std::lock_guard<std::mutex> lock(mu);
+    step = s;
+  };
+  hooks->before_unit_update = [&](int) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (step == 2) updating_step_2 = true;
+    cv.notify_all();
+  };
+  hooks->checkpoint_hook = [&](const char* phase, int64_t s) {
+    if (s != 1 || std::string(phase) != "written") return;
+    std::unique_lock<std::mutex> lock(mu);
+    update_before_fsync.push_back(
+        cv.wait_for(lock, std::chrono::seconds(30), [&] { return updating_step_2; }));
+  };
+  TrainerOptions opt;
+  opt.test_hooks = hooks;
+  const Result r = run(c, world(), opt);
+  EXPECT_EQ(update_before_fsync, std::vector<bool>{true});
+  EXPECT_EQ(r.losses, plain.losses);
+  EXPECT_TRUE(r.weights == plain.weights);
+  const auto all = complete_checkpoints(c.checkpoint.dir);
+  ASSERT_FALSE(all.empty());
+  EXPECT_EQ(all.back().first, 3);
+}
+
 // Resharding: under mpirun -np 4, ranks 0 and 1 write a checkpoint as a 2-rank job; all four
 // resume from it (dp 4), and rank 0 alone resumes it (dp 1) — each with the same global batch —
 // and each matches the uninterrupted 2-rank run within 1e-5 relative.
