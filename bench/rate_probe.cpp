@@ -198,6 +198,35 @@ std::string rate_device_name(const Config& c) {
   return cuda_bf16_matmuls(c.train) ? name + ", bf16 GEMM operands" : name;
 }
 
+namespace {
+
+// The linear's rate in a `strata bench gpu` report as config c runs it: f32, or with bf16
+// operands on the tensor cores (0 when that GEMM did not run).
+double linear_flops(const nlohmann::json& gpu_bench, const Config& c) {
+  if (!cuda_bf16_matmuls(c.train)) return gpu_bench.value("peak_f32_tflops", 0.0) * 1e12;
+  const auto& b = gpu_bench["gemm_f32_bf16_operands"];
+  const bool ran = b.is_array() && !b.empty() && b[0].value("ran", false);
+  return ran ? b[0].value("tflops", 0.0) * 1e12 : 0.0;
+}
+
+}  // namespace
+
+double measure_linear_flops(const Config& c, double min_seconds) {
+  if (!uses_cuda(c)) return measure_gemm_flops(min_seconds);
+  GpuBenchOptions g;  // the GEMMs of probe_rates; the other sections as small as they go
+  g.gemm_shapes = {{1024, 1024, 1024}};
+  g.gemm_f32_shapes = {{4096, 4096, 4096}};
+  g.adam_numel = size_t{1} << 20;
+  g.copy_bytes = size_t{16} << 20;
+  g.min_seconds = min_seconds;
+  g.train = false;
+  const double flops = linear_flops(run_gpu_bench(g), c);
+  if (!(flops > 0))
+    fail("bench::rate_probe", "the CUDA GEMM rate that MFU is measured against did not measure",
+         "set log.peak_flops to the GPU's GEMM rate");
+  return flops;
+}
+
 MachineRates probe_rates(const Config& c, const RateProbeOptions& o) {
   MachineRates r;
   std::unique_ptr<tbb::global_control> limit;
@@ -219,13 +248,7 @@ MachineRates probe_rates(const Config& c, const RateProbeOptions& o) {
     g.train = false;
     const nlohmann::json j = run_gpu_bench(g);
     r.device = j.value("device", std::string("cuda"));
-    // The linear's rate as this config runs it: f32, or with bf16 operands on the tensor cores.
-    r.gemm_flops = j.value("peak_f32_tflops", 0.0) * 1e12;
-    if (cuda_bf16_matmuls(c.train)) {
-      const auto& b = j["gemm_f32_bf16_operands"];
-      const bool ran = b.is_array() && !b.empty() && b[0].value("ran", false);
-      r.gemm_flops = ran ? b[0].value("tflops", 0.0) * 1e12 : 0.0;
-    }
+    r.gemm_flops = linear_flops(j, c);
     if (j["adamw"].value("ran", false)) r.device_mem_gbps = j["adamw"].value("gbps", 0.0);
     if (j["pinned"].value("ran", false)) {
       r.h2d_gbps = j["pinned"].value("h2d_gbps", 0.0);

@@ -70,6 +70,10 @@ NvmeRates measure_nvme_rates(const Config& config, const IoBenchOptions& io, int
 bool uses_cuda(const Config& config);
 // The name of that device (the rate cache's key).
 std::string rate_device_name(const Config& config);
+// The linear layers' GEMM rate on this config's device, as its matmuls run: the CPU's f32 GEMM
+// (measure_gemm_flops), or on CUDA cuBLASLt's f32 GEMM, with bf16 operands where the config's
+// matmuls take them. What MFU is measured against when log.peak_flops = 0.
+double measure_linear_flops(const Config& config, double min_seconds);
 // Probes every rate for this config's device and offload.nvme_path (NVMe rates only with one).
 MachineRates probe_rates(const Config& config, const RateProbeOptions& options = {});
 

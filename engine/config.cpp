@@ -192,7 +192,7 @@ const std::vector<Key>& keys() {
       {STRATA_CONFIG_KEY(train, steps), Kind::integer, "optimizer steps", between(0, 1e9)},
       {STRATA_CONFIG_KEY(train, lr), Kind::real, "peak learning rate", above_to(0, 10)},
       {STRATA_CONFIG_KEY(train, warmup_steps), Kind::integer,
-       "steps of linear warmup from 0 to lr", between(0, 1e9)},
+       "steps of linear warmup: step k of W (from 1) runs at lr * k / W", between(0, 1e9)},
       {STRATA_CONFIG_KEY(train, schedule), Kind::choice, "learning-rate schedule after warmup",
        any(), {"constant", "cosine"}},
       {STRATA_CONFIG_KEY(train, min_lr_ratio), Kind::real,
@@ -239,13 +239,17 @@ const std::vector<Key>& keys() {
        "line as eval_loss. 0 = only after training", between(0, 1e9)},
       // [log]
       {STRATA_CONFIG_KEY(log, every), Kind::integer,
-       "log a metrics line every N steps (and the last step)", between(1, 1e9)},
+       "log a metrics line every N steps, and at step 1, the last step, every step that "
+       "evaluated and the step a stop signal ended the run at", between(1, 1e9)},
       {STRATA_CONFIG_KEY(log, metrics), Kind::string,
        "JSONL file with one object per logged step; empty = none"},
       {STRATA_CONFIG_KEY(log, trace), Kind::string,
-       "Chrome-trace (Perfetto) JSON timeline; empty = none"},
+       "Chrome-trace (Perfetto) JSON timeline of steps 2 to 4 (after the warm-up step), written "
+       "after step 4 or the last step if sooner; rank r > 0 writes PATH.rank<r>; empty = none"},
       {STRATA_CONFIG_KEY(log, peak_flops), Kind::real,
-       "FLOP/s that MFU is measured against; 0 = measure the f32 GEMM rate at start",
+       "FLOP/s that MFU is measured against; 0 = measure the device's GEMM rate at start, as "
+       "the run multiplies (CPU: f32; CUDA: f32, or with bf16 operands under "
+       "train.matmul_precision)",
        between(0, 1e18)},
       // [offload]
       {STRATA_CONFIG_KEY(offload, params), Kind::choice,
@@ -258,7 +262,8 @@ const std::vector<Key>& keys() {
        "tier of the f32 master weights and AdamW m, v; off the device the CPU AdamW steps them; "
        "auto = chosen with the others", any(), kTiers},
       {STRATA_CONFIG_KEY(offload, device_mem_limit), Kind::size,
-       "cap on device memory; 0 = the device's size", between(0, kMaxBytes)},
+       "cap on device memory; 0 = the device's memory (CUDA: what is free when the device is "
+       "created)", between(0, kMaxBytes)},
       {STRATA_CONFIG_KEY(offload, pinned_mem_limit), Kind::size,
        "budget of the pinned NVMe staging pools (host-resident shards are pinned "
        "but not in it); 0 = as the plan needs", between(0, kMaxBytes)},
@@ -1213,6 +1218,9 @@ std::string config_reference_markdown() {
          "device, gradients live in host memory whatever `offload.grads` says.\n";
   out += "- `offload.params = \"nvme\"` or `offload.optimizer = \"nvme\"` needs "
          "`offload.nvme_path`.\n";
+  out += "- `offload.optimizer_host_bytes > 0` needs `offload.optimizer = \"nvme\"` (or "
+         "`\"auto\"`).\n";
+  out += "- `eval.every > 0` needs `eval.batches >= 1`.\n";
   out += "- `\"auto\"` in `offload.params`, `offload.grads` or `offload.optimizer` lets `strata "
          "train` choose those tiers (the others stay as written) before anything is allocated: the "
          "fastest placement that fits by the step model and the measured rates of this machine "
@@ -1222,9 +1230,14 @@ std::string config_reference_markdown() {
          "other file is a token file when it starts with that magic, else raw bytes.\n";
   out += "- `io.block_size` is a multiple of 4096 and `io.stripe_size` a multiple of "
          "`io.block_size`.\n";
-  out += "- `parallel.tp` divides `model.n_heads` and `model.ffn_dim`, and divides "
-         "`model.n_kv_heads` or is a multiple of it; "
+  out += "- `parallel.tp` divides `model.n_heads` and `model.ffn_dim`, divides "
+         "`model.n_kv_heads` or is a multiple of it, and is at most `model.vocab_size`; "
          "`parallel.pp <= model.n_layers + 2`.\n";
+  out += "- `parallel.pp_layers`, when given, has `parallel.pp` entries that sum to "
+         "`model.n_layers`, and every stage but the first and the last holds at least one "
+         "block.\n";
+  out += "- `parallel.pp > 1` needs `model.tie_embeddings = false`, and with "
+         "`parallel.pp_schedule = \"1f1b\"` `train.grad_accum >= parallel.pp`.\n";
   out += "- `parallel.sequence_parallel` needs `data.micro_batch x data.seq_len` to be a multiple "
          "of `parallel.tp`.\n";
   out += "- Every rank of a job runs the same configuration (with `--init-from`, the model its "

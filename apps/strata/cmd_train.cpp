@@ -11,7 +11,7 @@
 #include "apps/strata/auto_place.h"
 #include "apps/strata/commands.h"
 #include "apps/strata/common.h"
-#include "bench/gemm_bench.h"
+#include "bench/rate_probe.h"
 #include "core/dtype.h"
 #include "core/log.h"
 #include "core/size.h"
@@ -93,7 +93,7 @@ void run_train(const TrainArgs& a) {
     opt.init_from = a.config.init_from;
     opt.resume = a.resume;
     opt.peak_flops = cfg.log.peak_flops;
-    if (opt.peak_flops <= 0) opt.peak_flops = measure_gemm_flops(0.3);
+    if (opt.peak_flops <= 0) opt.peak_flops = measure_linear_flops(cfg, 0.3);
     if (!a.out.empty()) parse_dtype(a.out_dtype);  // fail before training, not after
     apply_fault_hooks(world->rank(), opt);
     opt.stop_requested = [] { return g_stop_signal.load(); };
