@@ -1206,8 +1206,8 @@ std::vector<float> whole(Communicator* tp, Device& device, Stream& stream, const
 // The whole tensor `name` on every rank: its stage assembles it (collective over that stage's
 // dp and tp groups) and, with pipeline stages, broadcasts it over the pp group.
 std::vector<float> Trainer::Impl::whole_tensor(const std::string& name, bool grad, const char* where) {
-  auto [g, v] = locate(*model, name, where);
-  const int owner = [&] {
+  const auto [g, v] = locate(*model, name, where);
+  const int owner = [&, g = g] {  // a structured binding is captured by name (clang < 16)
     for (int s = 0; s < pp; ++s)
       if (stages[size_t(s)].contains(g)) return s;
     return 0;
