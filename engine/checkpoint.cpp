@@ -11,9 +11,13 @@
 #include <charconv>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <memory>
 #include <queue>
+#include <string_view>
+#include <tuple>
+#include <utility>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -65,6 +69,17 @@ int64_t tmp_step_of(const std::string& name) {
   fail("checkpoint::manifest", str(where, ": ", what),
        "the manifest was not written by this version of strata, or it was edited; checkpoints "
        "are written by `strata train` with checkpoint.dir set");
+}
+
+// v as a T: a float, or an integer T cannot hold, is refused (get<T>() would convert a float out
+// of T's range with undefined behaviour, and wrap an integer). `name` names v in the message.
+template <class T>
+T whole(const nlohmann::json& v, std::string_view name, const std::string& where) {
+  if (v.is_number_unsigned() && std::in_range<T>(v.get<uint64_t>())) return T(v.get<uint64_t>());
+  if (v.is_number_integer() && !v.is_number_unsigned() && std::in_range<T>(v.get<int64_t>()))
+    return T(v.get<int64_t>());
+  bad_manifest(where, str(name, " is ", v.dump(), ", not an integer from ",
+                          std::numeric_limits<T>::min(), " to ", std::numeric_limits<T>::max()));
 }
 
 }  // namespace
@@ -132,18 +147,18 @@ CheckpointManifest CheckpointManifest::from_json(const nlohmann::json& j, const 
   try {
     if (!j.is_object() || j.value("format", std::string()) != kFormat)
       bad_manifest(where, str("not a strata checkpoint manifest (\"format\" is not \"", kFormat, "\")"));
-    m.version = j.at("version").get<int>();
+    m.version = whole<int>(j.at("version"), "\"version\"", where);
     if (m.version < 1 || m.version > kCheckpointVersion)
       bad_manifest(where, str("format version ", m.version, "; this strata reads versions 1 to ", kCheckpointVersion));
     m.strata_version = j.at("strata_version").get<std::string>();
-    m.step = j.at("step").get<int64_t>();
-    m.windows_consumed = j.at("windows_consumed").get<uint64_t>();
+    m.step = whole<int64_t>(j.at("step"), "\"step\"", where);
+    m.windows_consumed = whole<uint64_t>(j.at("windows_consumed"), "\"windows_consumed\"", where);
     m.precision = j.at("precision").get<std::string>();
     const auto& mesh = j.at("mesh");
-    m.world = mesh.at("world").get<int>();
-    m.dp = mesh.at("dp").get<int>();
-    m.tp = mesh.at("tp").get<int>();
-    m.pp = mesh.at("pp").get<int>();
+    m.world = whole<int>(mesh.at("world"), "\"world\"", where);
+    m.dp = whole<int>(mesh.at("dp"), "\"dp\"", where);
+    m.tp = whole<int>(mesh.at("tp"), "\"tp\"", where);
+    m.pp = whole<int>(mesh.at("pp"), "\"pp\"", where);
     if (m.world < 1 || m.dp < 1 || m.tp < 1 || m.pp < 1 || int64_t(m.dp) * m.tp * m.pp != m.world)
       bad_manifest(where, str("mesh world ", m.world, " is not dp ", m.dp, " x tp ", m.tp, " x pp ", m.pp));
     // Version 1 stored each rank's tensor-parallel slice in local coordinates: with tp > 1 its
@@ -166,7 +181,7 @@ CheckpointManifest CheckpointManifest::from_json(const nlohmann::json& j, const 
     for (const auto& f : j.at("files")) {
       CheckpointFile cf;
       cf.name = f.at("name").get<std::string>();
-      cf.bytes = f.at("bytes").get<uint64_t>();
+      cf.bytes = whole<uint64_t>(f.at("bytes"), "\"bytes\"", where);
       const std::string hex = f.at("xxh64").get<std::string>();
       auto [p, ec] = std::from_chars(hex.data(), hex.data() + hex.size(), cf.xxh64, 16);
       if (ec != std::errc() || p != hex.data() + hex.size() || hex.size() != 16)
@@ -179,7 +194,11 @@ CheckpointManifest CheckpointManifest::from_json(const nlohmann::json& j, const 
     for (const auto& t : j.at("tensors")) {
       CheckpointTensor ct;
       ct.name = t.at("name").get<std::string>();
-      ct.shape = t.at("shape").get<std::vector<int64_t>>();
+      const auto& shape = t.at("shape");
+      if (!shape.is_array())
+        bad_manifest(where, str("tensor '", ct.name, "': \"shape\" is not a list"));
+      for (const auto& d : shape)
+        ct.shape.push_back(whole<int64_t>(d, str("a dimension of tensor '", ct.name, "'"), where));
       uint64_t numel = 1;
       for (int64_t d : ct.shape) {
         if (d < 1 || uint64_t(d) > (uint64_t(1) << 40) / numel)
@@ -195,14 +214,15 @@ CheckpointManifest CheckpointManifest::from_json(const nlohmann::json& j, const 
           if (state == checkpoint_state_name(s)) cp.state = s;
         if (cp.state < 0) bad_manifest(where, str("tensor '", ct.name, "': unknown state '", state, "'"));
         cp.file = p.at("file").get<std::string>();
-        cp.offset = p.at("offset").get<uint64_t>();
-        cp.start = p.at("start").get<uint64_t>();
-        cp.count = p.at("count").get<uint64_t>();
+        cp.offset = whole<uint64_t>(p.at("offset"), "\"offset\"", where);
+        cp.start = whole<uint64_t>(p.at("start"), "\"start\"", where);
+        cp.count = whole<uint64_t>(p.at("count"), "\"count\"", where);
         if (p.contains("rows") || p.contains("row_stride")) {
           if (m.version < 2)
             bad_manifest(where, str("tensor '", ct.name, "': a 2-D piece (rows, row_stride) in format version ", m.version));
-          cp.rows = p.at("rows").get<uint64_t>();
-          cp.row_stride = cp.rows > 1 ? p.at("row_stride").get<uint64_t>() : 0;
+          cp.rows = whole<uint64_t>(p.at("rows"), "\"rows\"", where);
+          cp.row_stride =
+              cp.rows > 1 ? whole<uint64_t>(p.at("row_stride"), "\"row_stride\"", where) : 0;
         }
         const std::string what = cp.rows > 1 ? str(cp.rows, " rows of [", cp.start, ", +", cp.count, ") every ",
                                                    cp.row_stride, " elements")
@@ -231,29 +251,54 @@ CheckpointManifest CheckpointManifest::from_json(const nlohmann::json& j, const 
   // Every element of every tensor's every state is covered exactly once: the runs of the
   // pieces of one (tensor, state), taken in order of their start (a heap holding each piece's
   // next run: O(runs · log pieces), memory O(pieces)), follow one another without a gap or an
-  // overlap.
+  // overlap. 2-D pieces that split the same rows into column blocks — what tensor parallelism
+  // writes — tile a band of whole rows, checked once as one run; other 2-D pieces go row by row,
+  // at most kMaxRuns runs per (tensor, state), so that a manifest claiming huge tensors cannot
+  // hold the reader for hours.
+  constexpr uint64_t kMaxRuns = uint64_t{1} << 24;  // strata writes at most rows × tp per tensor
   std::map<std::pair<std::string, int>, std::vector<const CheckpointPiece*>> cover;
   for (const auto& p : m.pieces) cover[{p.tensor, p.state}].push_back(&p);
   struct Run {
     uint64_t start;
-    const CheckpointPiece* piece;
+    uint64_t count;                   // elements of this run
+    const CheckpointPiece* piece;     // its next runs, row by row; nullptr: a band or a 1-D piece
     uint64_t row;
     bool operator>(const Run& o) const { return start > o.start; }
   };
   for (const auto& t : m.tensors)
     for (int s = 0; s < kCheckpointStates; ++s) {
       std::vector<Run> heap;
-      for (const CheckpointPiece* p : cover[{t.name, s}]) heap.push_back(Run{p->start, p, 0});
+      // 2-D pieces by (row_stride, rows, first row's start): a group whose blocks tile that row
+      // tiles the band of rows × row_stride elements.
+      std::map<std::tuple<uint64_t, uint64_t, uint64_t>, std::vector<const CheckpointPiece*>> bands;
+      for (const CheckpointPiece* p : cover[{t.name, s}]) {
+        if (p->rows == 1) heap.push_back(Run{p->start, p->count, nullptr, 0});
+        else bands[{p->row_stride, p->rows, p->start - p->start % p->row_stride}].push_back(p);
+      }
+      for (auto& [key, pieces] : bands) {
+        const auto [stride, rows, first] = key;
+        std::sort(pieces.begin(), pieces.end(),
+                  [](const CheckpointPiece* x, const CheckpointPiece* y) { return x->start < y->start; });
+        uint64_t at = first;
+        for (const CheckpointPiece* p : pieces) at = p->start == at ? at + p->count : ~uint64_t{0};
+        if (at == first + stride) heap.push_back(Run{first, rows * stride, nullptr, 0});
+        else
+          for (const CheckpointPiece* p : pieces) heap.push_back(Run{p->start, p->count, p, 0});
+      }
       std::priority_queue<Run, std::vector<Run>, std::greater<Run>> runs(std::greater<Run>(), std::move(heap));
-      uint64_t at = 0;
+      uint64_t at = 0, taken = 0;
       while (!runs.empty()) {
         Run r = runs.top();
         runs.pop();
+        if (++taken > kMaxRuns)
+          bad_manifest(where, str("tensor '", t.name, "' state ", checkpoint_state_name(s),
+                                  ": its pieces make more than ", kMaxRuns,
+                                  " runs of elements, too many to check"));
         if (r.start != at)
           bad_manifest(where, str("tensor '", t.name, "' state ", checkpoint_state_name(s), ": elements from ",
                                   std::min(r.start, at), " are ", r.start > at ? "missing" : "stored twice"));
-        at = r.start + r.piece->count;
-        if (++r.row < r.piece->rows) {
+        at = r.start + r.count;
+        if (r.piece && ++r.row < r.piece->rows) {
           r.start += r.piece->row_stride;
           runs.push(r);
         }

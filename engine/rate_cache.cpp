@@ -44,6 +44,14 @@ constexpr const char* kNvmeSteal = "nvme_steal_s_per_gb";
                    "not a rate cache is never overwritten, with --reprobe neither")});
 }
 
+// The key as the file holds it: JSON text is UTF-8 and a mount point's name may hold any byte, so
+// the file stores each byte that is not UTF-8 as U+FFFD, and a lookup replaces them alike.
+std::string file_key(const std::string& key) {
+  const auto replace = nlohmann::json::error_handler_t::replace;
+  const std::string text = nlohmann::json(key).dump(-1, ' ', false, replace);
+  return nlohmann::json::parse(text).get<std::string>();
+}
+
 nlohmann::json read_cache(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return nullptr;
@@ -111,11 +119,16 @@ std::string rate_cache_key(const std::string& device, const std::string& nvme) {
 
 std::optional<MachineRates> load_rates(const std::string& path, const std::string& key) {
   const nlohmann::json j = read_cache(path);
-  if (j.is_null() || !j["machines"].contains(key)) return std::nullopt;
-  const nlohmann::json& e = j["machines"][key];
+  const std::string stored_key = file_key(key);
+  if (j.is_null() || !j["machines"].contains(stored_key)) return std::nullopt;
+  const nlohmann::json& e = j["machines"][stored_key];
   if (!e.is_object()) corrupt(path, str("the entry \"", key, "\" is not an object"));
   // An entry from a strata that did not measure attention yet: measured again, and replaced.
   if (!e.contains("attention_flops")) return std::nullopt;
+  for (const char* name : {"device", "nvme"})
+    if (e.contains(name) && !e[name].is_string())
+      corrupt(path, str("the entry \"", key, "\" has ", name, " = ", e[name].dump(),
+                        " (a string expected)"));
   // Or the NVMe rates beside compute, or the steal beside them: the same.
   if (e.value("nvme", "") != "" && (!e.contains(kNvmeRates[2]) || !e.contains(kNvmeSteal)))
     return std::nullopt;
@@ -137,11 +150,13 @@ std::optional<MachineRates> load_rates(const std::string& path, const std::strin
   r.device_mem_gbps = rate(kRates[3], true);
   r.h2d_gbps = rate(kRates[4], true);
   r.d2h_gbps = rate(kRates[5], true);
-  r.nvme_read_gbps = rate(kNvmeRates[0], !r.nvme.empty());
-  r.nvme_write_gbps = rate(kNvmeRates[1], !r.nvme.empty());
-  r.nvme_read_busy_gbps = rate(kNvmeRates[2], !r.nvme.empty());
-  r.nvme_write_busy_gbps = rate(kNvmeRates[3], !r.nvme.empty());
-  if (!r.nvme.empty()) {  // 0 is a measurement here (no steal), not a missing rate
+  // The NVMe rates only where the entry names a file system (as store_rates writes them).
+  if (!r.nvme.empty()) {
+    r.nvme_read_gbps = rate(kNvmeRates[0], true);
+    r.nvme_write_gbps = rate(kNvmeRates[1], true);
+    r.nvme_read_busy_gbps = rate(kNvmeRates[2], true);
+    r.nvme_write_busy_gbps = rate(kNvmeRates[3], true);
+    // 0 is a measurement here (no steal), not a missing rate
     const nlohmann::json& s = e[kNvmeSteal];
     if (!s.is_number() || !std::isfinite(s.get<double>()) || s.get<double>() < 0)
       corrupt(path, str("the entry \"", key, "\" has ", kNvmeSteal, " = ", s.dump(),
@@ -177,13 +192,15 @@ void store_rates(const std::string& path, const std::string& key, const MachineR
     e["nvme_write_busy_gbps"] = r.nvme_write_busy_gbps;
     e[kNvmeSteal] = r.nvme_steal_s_per_gb;
   }
-  j["machines"][key] = std::move(e);
+  j["machines"][file_key(key)] = std::move(e);
   const std::filesystem::path dir = std::filesystem::path(path).parent_path();
   std::error_code ec;
   if (!dir.empty()) std::filesystem::create_directories(dir, ec);
   if (ec) fail(kWhere, str("cannot create '", dir.string(), "': ", ec.message()),
                "set XDG_CACHE_HOME to a writable directory");
-  fileutil::write_file_atomic(path, j.dump(2) + "\n", kWhere);
+  // r.nvme may hold bytes that are not UTF-8 too (a mount point's name): stored as U+FFFD.
+  const auto replace = nlohmann::json::error_handler_t::replace;
+  fileutil::write_file_atomic(path, j.dump(2, ' ', false, replace) + "\n", kWhere);
 }
 
 nlohmann::json rates_json(const MachineRates& r) {

@@ -50,7 +50,7 @@ std::optional<uint64_t> bytes(const Json& obj, std::initializer_list<const char*
   }
   const double v = j->get<double>();
   if (!(v >= 0 && v < 0x1p64)) return std::nullopt;
-  return uint64_t(std::llround(v));
+  return uint64_t(std::round(v));  // not llround: a long long holds only v < 2^63
 }
 
 // The integral step of a line, or nullopt.

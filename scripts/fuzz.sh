@@ -9,7 +9,8 @@
 # N: seconds per target (default 60). S: seconds one input may take before it counts as a hang
 # (default 10). J: targets fuzzed at once, each one process on one core (default: the number of
 # CPUs). DIR: the build directory (default build-fuzz). TARGETs: some of safetensors,
-# safetensors_index, hf_config, config_toml, token_file (default all).
+# safetensors_index, hf_config, config_toml, token_file, checkpoint_manifest, metrics_jsonl,
+# rate_cache (default all).
 # Each target starts from its committed seeds (tests/fuzz/corpus/<t>) and crash inputs
 # (tests/fuzz/regressions/<t>), copied into DIR/fuzz/corpus/<t>: libFuzzer adds what it finds
 # there, never to the committed corpus. A crash file is written to DIR/fuzz/artifacts/<t>/;
@@ -22,10 +23,11 @@ seconds=60
 timeout=10
 jobs=$(nproc)
 build="$root/build-fuzz"
-all_targets=(safetensors safetensors_index hf_config config_toml token_file)
+all_targets=(safetensors safetensors_index hf_config config_toml token_file checkpoint_manifest
+  metrics_jsonl rate_cache)
 targets=()
 
-usage() { sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --seconds) seconds="${2:?--seconds needs a value}"; shift 2 ;;
@@ -114,7 +116,7 @@ for t in "${targets[@]}"; do
     [ -n "$artifact" ] && echo "-- crash input: $artifact" >&2 &&
       echo "   reproduce: $build/tests/fuzz/fuzz_$t $artifact" >&2
   fi
-  summary+=("$(printf '%-18s %12s execs %8s/s %6s corpus  %s%s' "$t" "${execs:-?}" "${per_s:-?}" \
+  summary+=("$(printf '%-19s %12s execs %8s/s %6s corpus  %s%s' "$t" "${execs:-?}" "${per_s:-?}" \
     "$units" "$result" "${artifact:+  crash: $artifact}")")
 done
 

@@ -284,6 +284,46 @@ TEST(CheckpointFormat, TwoDimensionalPiecesRoundTripAndBadOnesAreRefused) {
   refused("a bad mesh", [&](auto& b) { b["mesh"]["world"] = 3; }, {"mesh world 3 is not dp 1 x tp 2 x pp 1"});
 }
 
+// A manifest that claims huge tensors is checked in time that grows with its pieces, not with
+// its rows (the checkpoint_manifest fuzz target found 2^40 rows holding the reader for hours;
+// here 2^36 rows of 8):
+// column blocks that tile whole rows, as tensor parallelism writes them, and a block of
+// contiguous rows are one run each; other 2-D pieces go row by row, and past 2^24 runs the
+// manifest is refused.
+TEST(CheckpointFormat, HugeTensorsAreCheckedWithoutWalkingTheirRows) {
+  const uint64_t rows = uint64_t{1} << 36;
+  auto manifest = [&](std::vector<CheckpointPiece> pieces) {
+    CheckpointManifest m = two_d_manifest();
+    m.tensors = {CheckpointTensor{"w", {int64_t(rows), 8}}};
+    m.pieces.clear();
+    for (int s = 0; s < kCheckpointStates; ++s)
+      for (CheckpointPiece p : pieces) {
+        p.state = s;
+        p.offset = uint64_t(s) * (rows * 32);  // each file: a state's 8 values a row at most
+        m.pieces.push_back(p);
+      }
+    m.files = {CheckpointFile{"rank_00000.bin", 3 * rows * 32, 1},
+               CheckpointFile{"rank_00001.bin", 3 * rows * 32, 2}};
+    return CheckpointManifest::from_json(m.to_json(), "huge.json");
+  };
+  // Two column halves of every row, and the same rows whole in one block.
+  EXPECT_EQ(manifest({CheckpointPiece{"w", 0, "rank_00000.bin", 0, 0, 4, rows, 8},
+                      CheckpointPiece{"w", 0, "rank_00001.bin", 0, 4, 4, rows, 8}})
+                .pieces.size(), 6u);
+  EXPECT_EQ(manifest({CheckpointPiece{"w", 0, "rank_00000.bin", 0, 0, 8, rows / 2, 8},
+                      CheckpointPiece{"w", 0, "rank_00001.bin", 0, rows * 4, 8, rows / 2, 8}})
+                .pieces.size(), 6u);
+  // Column halves of different row ranges: each row on its own, too many to check.
+  strata::test::expect_error_has(
+      [&] {
+        manifest({CheckpointPiece{"w", 0, "rank_00000.bin", 0, 0, 4, rows, 8},
+                  CheckpointPiece{"w", 0, "rank_00001.bin", 0, 4, 4, rows / 2, 8},
+                  CheckpointPiece{"w", 0, "rank_00001.bin", rows * 16, rows * 4 + 4, 4,
+                                  rows / 2, 8}});
+      },
+      {"huge.json", "tensor 'w' state master", "more than 16777216 runs"}, __FILE__, __LINE__);
+}
+
 // Every dp x tp layout's pieces cover each tensor exactly once (from_json checks it), a column
 // slice is stored as 2-D pieces (at most three per fragment of a block), and the files read back
 // as whole tensors and as the slices of any other tp layout, row by row as the loader reads.

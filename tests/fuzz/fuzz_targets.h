@@ -1,7 +1,8 @@
-// tests/fuzz/fuzz_targets.h — the fuzz drivers of the strata_engine_io parsers, and what they share.
+// tests/fuzz/fuzz_targets.h — the fuzz drivers of the parsers of user files, and what they share.
 //
 // A driver feeds one input to one parser (safetensors file, shard index, config.json, TOML config
-// with --set overrides, llm.c token file) and exercises what it accepted. Contract: it returns when
+// with --set overrides, llm.c token file, checkpoint manifest, metrics JSONL, rate cache) and
+// exercises what it accepted. Contract: it returns when
 // the parser accepted the input, throws strata::Error when the parser refused it, and anything
 // else — a crash, a sanitizer report, another exception type, or a broken invariant (thrown as
 // InvariantBroken) — is a bug. The same drivers run under libFuzzer (fuzz_main.cpp, clang) and in
@@ -33,11 +34,14 @@ class InvariantBroken : public std::logic_error {
 [[noreturn]] void broken(const std::string& what);
 
 // The drivers; each file tests/fuzz/fuzz_<name>.cpp documents its input format.
-void safetensors(Bytes input);        // one .safetensors file
-void safetensors_index(Bytes input);  // model.safetensors.index.json + shard files
-void hf_config(Bytes input);          // config.json
-void config_toml(Bytes input);        // TOML config, then --set overrides
-void token_file(Bytes input);         // a data file (llm.c tokens or raw bytes) + one option byte
+void safetensors(Bytes input);          // one .safetensors file
+void safetensors_index(Bytes input);    // model.safetensors.index.json + shard files
+void hf_config(Bytes input);            // config.json
+void config_toml(Bytes input);          // TOML config, then --set overrides
+void token_file(Bytes input);           // a data file (llm.c tokens or raw bytes) + one option byte
+void checkpoint_manifest(Bytes input);  // a checkpoint's manifest.json [+ manifest.xxh64]
+void metrics_jsonl(Bytes input);        // the metrics JSONL of `strata report`
+void rate_cache(Bytes input);           // a machine key line + the rate cache file
 
 struct Target {
   std::string_view name;  // the corpus folder: tests/fuzz/corpus/<name>, regressions/<name>
@@ -63,7 +67,7 @@ std::string_view as_text(Bytes input);
 // fit in the `input_bytes` the files hold (so nothing is read past them).
 void read_all_tensors(const SafetensorsReader& reader, uint64_t input_bytes);
 
-// Separator between the files of a multi-file input (safetensors_index).
+// Separator between the files of a multi-file input (safetensors_index, checkpoint_manifest).
 inline constexpr std::string_view kFileSeparator = "\n--file--\n";
 
 }  // namespace strata::fuzz

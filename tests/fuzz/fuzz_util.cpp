@@ -38,9 +38,14 @@ void broken(const std::string& what) { throw InvariantBroken(what); }
 
 const std::vector<Target>& targets() {
   static const std::vector<Target> kTargets = {
-      {"safetensors", safetensors}, {"safetensors_index", safetensors_index},
-      {"hf_config", hf_config},     {"config_toml", config_toml},
+      {"safetensors", safetensors},
+      {"safetensors_index", safetensors_index},
+      {"hf_config", hf_config},
+      {"config_toml", config_toml},
       {"token_file", token_file},
+      {"checkpoint_manifest", checkpoint_manifest},
+      {"metrics_jsonl", metrics_jsonl},
+      {"rate_cache", rate_cache},
   };
   return kTargets;
 }
