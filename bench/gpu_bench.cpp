@@ -491,11 +491,21 @@ nlohmann::json offloaded_run(const Offloaded& o, double peak_f32, double peak_bf
   return j;
 }
 
-}  // namespace
-
-nlohmann::json run_gpu_bench(const GpuBenchOptions& o) {
+void need_cuda() {
   if (cuda_device_count() == 0)
     fail("bench::gpu", str("no CUDA device: ", cuda_describe()), "run on a machine with an NVIDIA GPU");
+}
+
+}  // namespace
+
+double gpu_linear_flops(int device, int m, int n, int k, bool bf16_operands, double min_seconds) {
+  need_cuda();
+  BenchGpu g(device, bf16_operands);
+  return gemm_f32(g, m, n, k, min_seconds, bf16_operands)["tflops"].get<double>() * 1e12;
+}
+
+nlohmann::json run_gpu_bench(const GpuBenchOptions& o) {
+  need_cuda();
   const auto t0 = Clock::now();
   nlohmann::json j;
   double peak_f32 = 0, peak_bf16 = 0;

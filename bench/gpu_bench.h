@@ -57,4 +57,10 @@ struct GpuBenchOptions {
 // Throws Error when no CUDA device is usable; otherwise every failure is recorded in its section.
 nlohmann::json run_gpu_bench(const GpuBenchOptions& options);
 
+// strata's f32 linear (an m × k input times n × k weights) on CUDA device `device`, its result
+// checked: the best rate over calls batched to at least min_seconds, in FLOP/s. bf16_operands:
+// with bf16 operands on the tensor cores, as train.matmul_precision = bf16 runs it. Throws Error
+// when no CUDA device is usable or the result is wrong.
+double gpu_linear_flops(int device, int m, int n, int k, bool bf16_operands, double min_seconds);
+
 }  // namespace strata

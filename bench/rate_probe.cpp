@@ -20,6 +20,7 @@
 #include "core/cpu.h"
 #include "core/error.h"
 #include "engine/rate_cache.h"
+#include "engine/trainer.h"
 #include "kernels/cpu/fast_ops.h"
 #include "kernels/device.h"
 #include "kernels/ops.h"
@@ -213,18 +214,9 @@ double linear_flops(const nlohmann::json& gpu_bench, const Config& c) {
 
 double measure_linear_flops(const Config& c, double min_seconds) {
   if (!uses_cuda(c)) return measure_gemm_flops(min_seconds);
-  GpuBenchOptions g;  // the GEMMs of probe_rates; the other sections as small as they go
-  g.gemm_shapes = {{1024, 1024, 1024}};
-  g.gemm_f32_shapes = {{4096, 4096, 4096}};
-  g.adam_numel = size_t{1} << 20;
-  g.copy_bytes = size_t{16} << 20;
-  g.min_seconds = min_seconds;
-  g.train = false;
-  const double flops = linear_flops(run_gpu_bench(g), c);
-  if (!(flops > 0))
-    fail("bench::rate_probe", "the CUDA GEMM rate that MFU is measured against did not measure",
-         "set log.peak_flops to the GPU's GEMM rate");
-  return flops;
+  // probe_rates' f32 GEMM, alone, on the GPU this rank trains on.
+  return gpu_linear_flops(training_cuda_ordinal(), 4096, 4096, 4096, cuda_bf16_matmuls(c.train),
+                          min_seconds);
 }
 
 MachineRates probe_rates(const Config& c, const RateProbeOptions& o) {
@@ -240,6 +232,7 @@ MachineRates probe_rates(const Config& c, const RateProbeOptions& o) {
   r.adam_gbps = measure_adam_gbps(adam);
   if (uses_cuda(c)) {
     GpuBenchOptions g;
+    g.device = training_cuda_ordinal();
     g.gemm_shapes = {{2048, 2048, 2048}};
     g.gemm_f32_shapes = {{4096, 4096, 4096}};
     g.adam_numel = size_t{32} << 20;
@@ -256,7 +249,9 @@ MachineRates probe_rates(const Config& c, const RateProbeOptions& o) {
     }
     if (!(r.gemm_flops > 0 && r.device_mem_gbps > 0 && r.h2d_gbps > 0 && r.d2h_gbps > 0))
       fail("bench::rate_probe", str("the GPU probe did not measure every rate: ", j.dump()));
-    r.attention_flops = measure_attention_flops(*make_device(DeviceKind::cuda), o.min_seconds);
+    DeviceOptions d;
+    d.ordinal = g.device;
+    r.attention_flops = measure_attention_flops(*make_device(DeviceKind::cuda, d), o.min_seconds);
   } else {
     auto dev = make_device(DeviceKind::cpu);
     r.device = dev->name();

@@ -68,13 +68,6 @@ std::string format_duration(double seconds) {
   return b;
 }
 
-// The rank's index among the ranks of its machine (Open MPI and PMIx say so; else the world rank).
-int local_rank() {
-  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
-    if (const char* e = std::getenv(v)) return std::atoi(e);
-  return 0;
-}
-
 DeviceKind pick_device(const std::string& name) {
   if (name == "cpu") return DeviceKind::cpu;
   if (name == "cuda") return DeviceKind::cuda;
@@ -124,7 +117,20 @@ std::map<std::string, std::string> config_lines(const std::string& text) {
   return out;
 }
 
+// The rank's index among the ranks of its machine, as Open MPI, MPICH (Hydra) or Slurm set it;
+// 0 without any of them.
+int local_rank() {
+  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
+    if (const char* e = std::getenv(v)) return std::atoi(e);
+  return 0;
+}
+
 }  // namespace
+
+int training_cuda_ordinal() {
+  const int gpus = cuda_device_count();
+  return gpus > 0 ? local_rank() % gpus : 0;  // one GPU per rank on each machine
+}
 
 void check_same_config_on_every_rank(const Config& config, Communicator& world) {
   if (world.size() == 1) return;
@@ -332,7 +338,7 @@ struct Trainer::Impl {
       if (gpus == 0)
         fail("train::device", "train.device = cuda but no CUDA device is present",
              "use train.device = cpu or auto");
-      dopt.ordinal = local_rank() % gpus;  // one GPU per rank on each machine
+      dopt.ordinal = training_cuda_ordinal();
       dopt.bf16_matmuls = cuda_bf16_matmuls(cfg.train);
     } else if (cfg.train.matmul_precision == "bf16") {
       fail("train::device", "train.matmul_precision = bf16 needs the CUDA device: the CPU device "

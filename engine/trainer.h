@@ -114,6 +114,10 @@ struct TrainerOptions {
 // trainer compares the model --init-from's folder describes.)
 void check_same_config_on_every_rank(const Config& config, Communicator& world);
 
+// The CUDA device a rank trains on: its index among the ranks of its machine (Open MPI's, MPICH's
+// or Slurm's local rank; 0 without one) modulo the machine's GPUs. 0 when there is none.
+int training_cuda_ordinal();
+
 class Trainer {
  public:
   // world: all ranks of the run (Solo for one process).

@@ -1,7 +1,7 @@
 // The trainer on the CUDA device (train.device = cuda): 5 AdamW steps against the same run on
-// the CPU device, bf16 tensor-core GEMMs against f32 ones, and every offload placement on CUDA
-// bit-identical to all-device on CUDA. Written against engine/trainer.h only; each test skips
-// without a GPU. First run on an H200 on 2026-12-04 (bench/results/h200-2026-12-04.md).
+// the CPU device, bf16 tensor-core GEMMs against f32 ones, the GEMM rate its MFU is measured
+// against, and every offload placement on CUDA bit-identical to all-device on CUDA. Written
+// against engine/trainer.h and bench/rate_probe.h; each test skips without a GPU. First run on an H200 on 2026-12-04 (bench/results/h200-2026-12-04.md).
 //
 // Tolerances (as tests/engine/test_golden.cpp against PyTorch): both devices compute in f32 but
 // reduce in different orders (cuBLASLt vs OpenBLAS blocking, attention tiling), so the losses of
@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "bench/gemm_bench.h"
+#include "bench/rate_probe.h"
 #include "core/error.h"
 #include "comm/comm.h"
 #include "engine/model.h"
@@ -97,6 +99,20 @@ TEST(CudaTrainer, Bf16MatmulsStayWithinBf16RoundingOfF32Matmuls) {
   EXPECT_LT(f.losses.back(), f.losses.front());
   EXPECT_EQ(f.losses, again.losses);
   EXPECT_EQ(f.weights, again.weights);
+}
+
+// log.peak_flops = 0 on CUDA: MFU is measured against the GPU's GEMM (f32 on the CUDA cores, or
+// bf16 operands on the tensor cores), not the CPU's. Any GPU this runs on multiplies f32 faster
+// than its host's cores, and its tensor cores faster than its CUDA cores.
+TEST(CudaTrainer, MfuIsMeasuredAgainstTheGpusGemm) {
+  STRATA_REQUIRE_CUDA();
+  Config f32 = tiny("cuda");
+  Config bf16 = f32;
+  apply_override(bf16, "train.precision=bf16");
+  const double cpu = measure_gemm_flops(0.2);
+  const double gpu_f32 = measure_linear_flops(f32, 0.2), gpu_bf16 = measure_linear_flops(bf16, 0.2);
+  EXPECT_GT(gpu_f32, cpu) << "the f32 rate is the CPU's?";
+  EXPECT_GT(gpu_bf16, 1.5 * gpu_f32) << "bf16 operands did not reach the tensor cores?";
 }
 
 TEST(CudaTrainer, TrainingOnCudaIsDeterministic) {
