@@ -20,6 +20,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/watchdog.h"
 #include "core/log.h"
 #include "engine/file_util.h"
 #include "engine/model.h"
@@ -39,6 +40,7 @@ constexpr const char* kFormat = "strata-checkpoint";
 
 // fsync of a directory, so a rename or a new entry in it is durable.
 void sync_dir(const std::string& dir, const char* where) {
+  WatchedWait w(str("fsync of folder '", dir, "'"), WaitKind::io, watchdog_context());
   int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) fail(where, str("cannot open folder '", dir, "' to fsync it: ", std::strerror(errno)));
   const int rc = ::fsync(fd);
@@ -460,14 +462,20 @@ void commit_checkpoint(const std::string& root, const CheckpointManifest& manife
   sync_dir(tmp, where);
   run_checkpoint_hook(hooks, "rename", manifest.step);
   std::error_code ec;
-  if (fs::exists(final_dir, ec)) fs::remove_all(final_dir, ec);  // a step saved again (resumed run)
-  fs::rename(tmp, final_dir, ec);
+  {
+    WatchedWait w(str("rename of '", tmp, "' to '", final_dir, "'"), WaitKind::io,
+                  watchdog_context());
+    if (fs::exists(final_dir, ec)) fs::remove_all(final_dir, ec);  // a step saved again (resumed)
+    fs::rename(tmp, final_dir, ec);
+  }
   if (ec) fail(where, str("cannot rename '", tmp, "' to '", final_dir, "': ", ec.message()));
   sync_dir(root, where);
   run_checkpoint_hook(hooks, "latest", manifest.step);
   fileutil::write_file_atomic((fs::path(root) / kLatest).string(), name + "\n", where);
   // Prune: the newest `keep` complete checkpoints stay; so does every folder being written
   // (a .tmp of a later step); stale .tmp folders of earlier steps are leftovers of a crash.
+  WatchedWait w(str("removal of old checkpoints in '", root, "'"), WaitKind::io,
+                watchdog_context());
   auto all = complete_checkpoints(root);
   const size_t kept = size_t(std::max(keep, 1));
   for (size_t i = 0; i + kept < all.size(); ++i) {

@@ -161,6 +161,7 @@ void CheckpointWriter::save(Job& job) {
   watchdog_set_phase("checkpoint");  // the writer's waits are reported with this context
   // Rank 0 clears what a crashed save of this step may have left; everyone writes after it.
   if (rank == 0) {
+    WatchedWait w(str("creation of '", tmp, "'"), WaitKind::io, watchdog_context());
     std::error_code ec;
     fs::remove_all(tmp, ec);
     fs::create_directories(tmp, ec);
@@ -212,6 +213,7 @@ void CheckpointWriter::write_file(Job& job, const std::string& path, uint64_t& b
   // Preallocated to its final size: direct writes inside the file run in parallel (ext4
   // serializes the ones that extend it), and a full disk shows now, with a clear error.
   {
+    WatchedWait w(str("creation and allocation of '", path, "'"), WaitKind::io, watchdog_context());
     int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) fail("checkpoint::write", str("cannot create '", path, "': ", std::strerror(errno)));
     int rc = total ? ::fallocate(fd, 0, 0, off_t(total)) : 0;

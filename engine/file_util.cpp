@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/watchdog.h"
 
 namespace strata::fileutil {
 namespace {
@@ -24,9 +25,16 @@ void close_fd(int& fd) noexcept {
   fd = -1;
 }
 
+// A file system call can block for good (a dead NFS server, a FIFO that nobody reads): each is
+// a watched wait (core/watchdog.h), reported with its file.
+WatchedWait fs_wait(const std::string& call, const std::string& path) {
+  return WatchedWait(str(call, " of '", path, "'"), WaitKind::io, watchdog_context());
+}
+
 void fsync_dir_of(const std::string& path) noexcept {
   std::filesystem::path dir = std::filesystem::path(path).parent_path();
   if (dir.empty()) dir = ".";
+  WatchedWait w = fs_wait("fsync", dir.string());
   int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return;  // best effort: the rename itself already succeeded
   ::fsync(fd);
@@ -89,6 +97,7 @@ void MappedFile::release() noexcept {
 
 AtomicFile::AtomicFile(const std::string& path, std::string_view where)
     : path_(path), tmp_path_(path + ".tmp"), where_(where) {
+  WatchedWait w = fs_wait("open", tmp_path_);
   fd_ = ::open(tmp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd_ < 0) {
     int err = errno;
@@ -105,6 +114,7 @@ AtomicFile::~AtomicFile() {
 void AtomicFile::write(const void* data, size_t bytes) {
   STRATA_CHECK(fd_ >= 0 && !committed_, "fileutil::write", "write after commit of ", path_);
   const char* p = static_cast<const char*>(data);
+  WatchedWait w = fs_wait(str("write of ", bytes, " bytes"), tmp_path_);
   while (bytes > 0) {
     ssize_t n = ::write(fd_, p, bytes);
     if (n < 0) {
@@ -120,6 +130,7 @@ void AtomicFile::write(const void* data, size_t bytes) {
 
 void AtomicFile::commit() {
   STRATA_CHECK(fd_ >= 0 && !committed_, "fileutil::commit", "commit twice of ", path_);
+  WatchedWait w = fs_wait("fsync, close and rename", tmp_path_);
   if (::fsync(fd_) != 0) {
     int err = errno;
     fail(where_, str(tmp_path_, ": fsync failed: ", errno_string(err)));

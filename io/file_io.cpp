@@ -277,11 +277,14 @@ void FileIO::close(int file) {
 
 void FileIO::sync(int file) {
   OpenFile& f = checked_file(state_->files, file, "io::sync");
-  for (Member& m : f.members)
-    if (::fsync(m.fd.get()) != 0)
-      fail("io::sync", str("fsync of '", m.path, "' failed: ", errno_string(errno)),
-           errno == ENOSPC || errno == EDQUOT ? "free space on that file system"
-                                              : "check the device (dmesg) and the file system");
+  for (Member& m : f.members) {
+    WatchedWait w(str("fsync of '", m.path, "'"), WaitKind::io, watchdog_context());
+    if (::fsync(m.fd.get()) == 0) continue;
+    const int err = errno;
+    fail("io::sync", str("fsync of '", m.path, "' failed: ", errno_string(err)),
+         err == ENOSPC || err == EDQUOT ? "free space on that file system"
+                                        : "check the device (dmesg) and the file system");
+  }
 }
 
 Alignment FileIO::alignment(int file) const {

@@ -2,13 +2,20 @@
 // headers (each an Error naming the file), writer atomicity; config.json round trip and errors.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "core/dtype.h"
+#include "core/error.h"
+#include "core/watchdog.h"
 #include "engine/safetensors.h"
 #include "tests/engine/test_util.h"
 
@@ -473,4 +480,35 @@ TEST(HfConfig, BadConfigsNameTheKey) {
   write_bytes(dir + "/config.json", "{ not json");
   EXPECT_ERROR_HAS(read_hf_config(dir), "config.json", "not valid JSON");
   EXPECT_ERROR_HAS(read_hf_config(dir + "/nowhere"), "nowhere", "cannot open");
+}
+
+// A file system call that blocks for good (a dead NFS server; here PATH.tmp is a FIFO that nobody
+// reads, whose open blocks) is a watched wait: the watchdog reports it with the file's name and
+// ends the job after parallel.timeout, where it would otherwise hang.
+TEST(Safetensors, AFileCallThatBlocksIsReportedWithItsFile) {
+  const std::string path = scratch_dir() + "/model.safetensors", tmp = path + ".tmp";
+  ASSERT_EQ(::mkfifo(tmp.c_str(), 0644), 0) << std::strerror(errno);
+  std::string error;
+  std::thread writer([&] {
+    try {
+      const std::vector<float> a = ramp(4, 1.0f);
+      SafetensorsWriter w(path, {{"a", StDType::f32, {4}}});
+      w.write_f32("a", a.data(), 4);
+      w.finish();
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  });
+  std::string report;
+  for (int i = 0; i < 500 && report.find(tmp) == std::string::npos; ++i) {  // bounded: 5 s
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    report = watchdog_report_now(0);
+  }
+  // A reader releases the open; the header and data fit the pipe, and a FIFO's fsync fails.
+  const int fd = ::open(tmp.c_str(), O_RDONLY | O_NONBLOCK);
+  writer.join();
+  if (fd >= 0) ::close(fd);
+  EXPECT_NE(report.find(str("open of '", tmp, "'")), std::string::npos) << report;
+  EXPECT_NE(error.find("fsync failed"), std::string::npos) << error;
+  EXPECT_FALSE(std::filesystem::exists(path)) << "a file whose fsync failed was committed";
 }
