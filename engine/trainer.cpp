@@ -283,7 +283,10 @@ struct Trainer::Impl {
     }
     if (world.rank() == 0 && !cfg.log.metrics.empty()) {
       // A resumed run appends: its lines carry the true step numbers after the earlier ones.
-      metrics.open(cfg.log.metrics, std::ios::out | (resume_dir.empty() ? std::ios::trunc : std::ios::app));
+      WatchedWait w(str("open of metrics file '", cfg.log.metrics, "'"), WaitKind::io,
+                    watchdog_context());
+      metrics.open(cfg.log.metrics,
+                   std::ios::out | (resume_dir.empty() ? std::ios::trunc : std::ios::app));
       if (!metrics)
         fail("train::metrics", str("cannot open metrics file '", cfg.log.metrics, "' for writing"),
              "check that the directory exists and is writable (log.metrics)");
@@ -936,8 +939,17 @@ struct Trainer::Impl {
                            {"last_commit_ms", cs.commit_ms}};
       }
       if (r.eval_loss >= 0) j["eval_loss"] = r.eval_loss;
-      metrics << j.dump() << '\n';
-      metrics.flush();
+      {
+        WatchedWait w(str("write of metrics file '", cfg.log.metrics, "'"), WaitKind::io,
+                      watchdog_context());
+        metrics << j.dump() << '\n';
+        metrics.flush();
+      }
+      if (!metrics)  // a record lost in silence would leave a gap nobody sees
+        fail("train::metrics", str("cannot write step ", r.step, " to metrics file '",
+                                   cfg.log.metrics, "'"),
+             "check the free space and the file system of log.metrics; resume from the last "
+             "checkpoint (--resume) to go on");
     }
     warn_steal(r);
     if (!opt.progress) return;

@@ -274,6 +274,15 @@ TEST(Trainer, RefusesAModelLargerThanTheDeviceLimit) {
   EXPECT_NE(m.find("DOES NOT FIT"), std::string::npos) << m;
 }
 
+// A metrics record that cannot be written (here /dev/full: every write fails with ENOSPC) stops
+// the run with an Error naming the file and the step, rather than leaving a gap in silence.
+TEST(Trainer, AMetricsLineThatCannotBeWrittenIsAnError) {
+  Config c = tiny();
+  c.log.metrics = "/dev/full";
+  std::string m = error_of(c);
+  EXPECT_NE(m.find("cannot write step 1 to metrics file '/dev/full'"), std::string::npos) << m;
+}
+
 // A non-finite loss stops training with an Error. The config bounds train.lr and init_std, so
 // the divergence is planted: one weight of the output head is infinite.
 TEST(Trainer, ReportsDivergence) {
