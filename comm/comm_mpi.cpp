@@ -206,7 +206,11 @@ class MpiCommunicator final : public Communicator {
   ~MpiCommunicator() override {
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (owned_ && !finalized) MPI_Comm_free(&comm_);
+    if (!owned_ || finalized) return;
+    // Collective in MPI's terms: an implementation may wait here for the other ranks.
+    WatchedWait w(str("MPI_Comm_free of a communicator of ", size_, " ranks at teardown"),
+                  WaitKind::collective);
+    MPI_Comm_free(&comm_);
   }
 
   int rank() const override { return rank_; }

@@ -21,7 +21,8 @@ int world_size_hint();
 std::unique_ptr<Communicator> make_world_communicator();
 // Ends every rank of the job now — NCCL communicators aborted first (ncclCommAbort), then
 // MPI_Abort — when MPI is running; returns otherwise. For a rank that cannot go on without
-// leaving the others blocked in a collective.
+// leaving the others blocked in a collective. Bounded: should ncclCommAbort or MPI_Abort not
+// return within 30 s, the process ends itself (std::_Exit(code)).
 void abort_world(int code);
 // True when this process has peers that abort_world() would end (MPI started, more than one rank).
 bool world_has_peers();
