@@ -3,6 +3,7 @@
 #include "engine/checkpoint.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -422,6 +423,68 @@ std::string resolve_checkpoint(const std::string& dir) {
   return newest;
 }
 
+CheckpointDirClaim::CheckpointDirClaim(const std::string& root, int64_t start_step,
+                                       bool hold_lock) {
+  constexpr const char* where = "checkpoint::dir";
+  WatchedWait w(str("the claim of checkpoint.dir '", root, "'"), WaitKind::io, watchdog_context());
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  if (ec)
+    fail(where, str("cannot create checkpoint.dir '", root, "': ", ec.message()),
+         "set checkpoint.dir to a writable folder (on a fast local disk)");
+  std::vector<std::string> later;
+  for (const auto& [step, path] : complete_checkpoints(root))
+    if (step > start_step) later.push_back(fs::path(path).filename().string());
+  if (!later.empty()) {
+    std::string list = later.front();
+    if (later.size() > 4)
+      list += str(", ... ", later.back(), " (", later.size(), " checkpoints)");
+    else
+      for (size_t i = 1; i < later.size(); ++i) list += ", " + later[i];
+    if (start_step == 0)
+      fail(where, str("checkpoint.dir '", root, "' holds the checkpoints of another run (", list,
+                      "); this run starts at step 0 and would save beside them"),
+           str("resume that run (--resume ", root, "), or give this one an empty folder"));
+    fail(where, str("checkpoint.dir '", root, "' holds checkpoints past step ", start_step,
+                    ", where this run resumes (", list, "): the continuation abandoned by "
+                    "resuming an earlier step, or another run's; saving beside them would mix "
+                    "the two, and a later --resume would pick theirs"),
+         "move them out of the folder (they are whole runs' states), or set checkpoint.dir to "
+         "another folder");
+  }
+  if (!hold_lock) return;
+  const std::string lock = (fs::path(root) / ".lock").string();
+  fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0)
+    fail(where, str("cannot open '", lock, "': ", std::strerror(errno)),
+         "set checkpoint.dir to a writable folder");
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    std::string holder(256, '\0');
+    const ssize_t n = ::pread(fd_, holder.data(), holder.size(), 0);
+    holder.resize(n > 0 ? size_t(n) : 0);
+    while (!holder.empty() && (holder.back() == '\n' || holder.back() == '\0')) holder.pop_back();
+    ::close(fd_);
+    fd_ = -1;
+    if (err == EWOULDBLOCK)
+      fail(where, str("another run is saving checkpoints into '", root, "' (",
+                      holder.empty() ? std::string("its lock: ") + lock : holder, ")"),
+           "two runs in one checkpoint.dir overwrite each other's step_N: give this run "
+           "another folder, or stop the other run");
+    fail(where, str("cannot lock '", lock, "': ", std::strerror(err)),
+         "checkpoint.dir needs a file system with flock (NFSv4, a local disk)");
+  }
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  const std::string me = str("pid ", ::getpid(), " on ", host, "\n");
+  if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, me.data(), me.size(), 0) < 0)
+    log_warn("checkpoint", "cannot write the holder into '", lock, "': ", std::strerror(errno));
+}
+
+CheckpointDirClaim::~CheckpointDirClaim() {
+  if (fd_ >= 0) ::close(fd_);  // releases the lock
+}
+
 CheckpointManifest read_manifest(const std::string& step_dir) {
   const std::string path = (fs::path(step_dir) / kManifest).string();
   const std::string text = fileutil::read_file(path, "checkpoint::manifest");
@@ -480,7 +543,11 @@ void commit_checkpoint(const std::string& root, const CheckpointManifest& manife
   const size_t kept = size_t(std::max(keep, 1));
   for (size_t i = 0; i + kept < all.size(); ++i) {
     if (all[i].first >= manifest.step) continue;
-    fs::remove_all(all[i].second, ec);
+    // Incomplete at once and for good: a removal cut short leaves a step_K.tmp, not a step_K.
+    const std::string doomed = all[i].second + ".tmp";
+    fs::remove_all(doomed, ec);
+    fs::rename(all[i].second, doomed, ec);
+    if (!ec) fs::remove_all(doomed, ec);
     if (ec) log_warn("checkpoint", "cannot remove old checkpoint '", all[i].second, "': ", ec.message());
   }
   for (const auto& e : fs::directory_iterator(root, ec)) {

@@ -142,10 +142,32 @@ std::string resolve_checkpoint(const std::string& dir);
 std::vector<std::pair<int64_t, std::string>> complete_checkpoints(const std::string& root);
 CheckpointManifest read_manifest(const std::string& step_dir);
 
+// A run's claim on its checkpoint.dir, from before its first step to its end. Errors, before
+// anything is trained:
+// - ROOT holds complete checkpoints past start_step (0 for a fresh run, the step a resumed run
+//   starts from): another run's, or the abandoned continuation of the run resumed. Saving beside
+//   them would interleave two runs' steps, and a later --resume ROOT would pick theirs;
+// - hold_lock (rank 0 of the job) and another process holds ROOT/.lock: two runs saving into one
+//   folder overwrite each other's step_N. The lock (flock) goes with the process, a crashed
+//   run's too; .lock names the holder's pid and host.
+// Creates ROOT when missing.
+class CheckpointDirClaim {
+ public:
+  CheckpointDirClaim(const std::string& root, int64_t start_step, bool hold_lock);
+  ~CheckpointDirClaim();
+  CheckpointDirClaim(const CheckpointDirClaim&) = delete;
+  CheckpointDirClaim& operator=(const CheckpointDirClaim&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
 // Rank 0, once every rank's file is written and fsynced: writes and fsyncs the manifest in
 // ROOT/step_N.tmp, fsyncs the folder, renames it to step_N, fsyncs ROOT, replaces ROOT/latest,
 // then removes complete checkpoints older than the newest `keep` and stale step_K.tmp folders
-// with K < N (never the newest complete one, never one being written). hooks: tests only
+// with K < N (never the newest complete one, never one being written). A checkpoint is renamed
+// to step_K.tmp before it is removed, so a removal cut short leaves a folder that is never
+// loaded and that the next commit removes. hooks: tests only
 // (engine/test_hooks.h: a callback at each phase).
 void commit_checkpoint(const std::string& root, const CheckpointManifest& manifest, int keep,
                        const TestHooks* hooks = nullptr);

@@ -249,6 +249,7 @@ struct Trainer::Impl {
   std::string resume_dir;
   CheckpointManifest resume_manifest;
   std::unique_ptr<Communicator> ckpt_comm;
+  std::unique_ptr<CheckpointDirClaim> ckpt_claim;  // before the writer: released after it
   std::unique_ptr<CheckpointWriter> writer;
   std::vector<CheckpointPiece> ckpt_pieces;  // rank 0: the manifest's pieces, built at the first save
 
@@ -281,6 +282,9 @@ struct Trainer::Impl {
       resume_dir = resolve_checkpoint(opt.resume);
       resume_manifest = read_manifest(resume_dir);
     }
+    if (!cfg.checkpoint.dir.empty())
+      ckpt_claim = std::make_unique<CheckpointDirClaim>(
+          cfg.checkpoint.dir, resume_dir.empty() ? 0 : resume_manifest.step, world.rank() == 0);
     if (world.rank() == 0 && !cfg.log.metrics.empty()) {
       // A resumed run appends: its lines carry the true step numbers after the earlier ones.
       WatchedWait w(str("open of metrics file '", cfg.log.metrics, "'"), WaitKind::io,

@@ -43,6 +43,27 @@ timeout 300 "$strata" train "${small[@]}" --set "checkpoint.dir=$work/straight" 
 losses "$work/straight.jsonl" >"$work/straight.losses"
 [ "$(wc -l <"$work/straight.losses")" -eq 6 ] || fail "the uninterrupted run logged $(wc -l <"$work/straight.losses") steps"
 
+# One folder, one run: a fresh run into the straight run's folder, and a resume of its step_4
+# that would save beside its step_6, are refused before a step (exit 1, naming the folder and
+# the steps), and leave the folder as it was.
+claim_case() {
+  local root="$work/straight" before after
+  before=$(cd "$root" && find . -type f ! -name .lock -exec md5sum {} + | sort)
+  timeout 120 "$strata" train "${small[@]}" --set "checkpoint.dir=$root" --set log.metrics= \
+    >"$work/claim_fresh.log" 2>&1
+  local rc=$?
+  [ $rc -eq 1 ] && grep -q "holds the checkpoints of another run (step_2, step_4, step_6)" \
+    "$work/claim_fresh.log" || { fail "a fresh run into a used checkpoint.dir: exit $rc"; cat "$work/claim_fresh.log"; return; }
+  timeout 120 "$strata" train --resume "$root/step_4" --set log.metrics= >"$work/claim_resume.log" 2>&1
+  rc=$?
+  [ $rc -eq 1 ] && grep -q "holds checkpoints past step 4, where this run resumes (step_6)" \
+    "$work/claim_resume.log" || { fail "a resume of step_4 beside step_6: exit $rc"; cat "$work/claim_resume.log"; return; }
+  after=$(cd "$root" && find . -type f ! -name .lock -exec md5sum {} + | sort)
+  [ "$before" = "$after" ] || { fail "a refused run changed '$root'"; return; }
+  echo "ok: a fresh run and a resume of an older step into a used checkpoint.dir are refused"
+}
+claim_case
+
 # The uninterrupted 2-rank run (its sums are rounded in another order than one rank's).
 if [ -x "$(command -v "$mpiexec")" ]; then
   timeout 300 "$mpiexec" --oversubscribe --mca btl self,vader "${export_sanitizers[@]}" -np 2 "$strata" train "${small[@]}" \
@@ -110,7 +131,9 @@ tp_case() {
   "$strata" checkpoint export "$root" --out "$work/tp2_hf" >"$root.export" 2>&1 || { fail "tp 2: export failed"; cat "$root.export"; return; }
   cmp -s "$work/tp2_hf/model.safetensors" "$work/tp2_out/model.safetensors" ||
     { fail "tp 2: the export of step 6 differs from the run's --out"; return; }
+  # Its own checkpoint.dir: step_6 of the tp 2 run is kept (the root's is refused, test below).
   timeout 300 "$strata" train --resume "$root/step_4" --set parallel.tp=1 --set "log.metrics=$root.resume.jsonl" \
+    --set "checkpoint.dir=$root.resume" \
     >"$root.resume.log" 2>&1 || { fail "tp 2 -> tp 1: the resumed run failed"; cat "$root.resume.log"; return; }
   losses "$root.resume.jsonl" >"$root.resumed"
   join "$root.resumed" "$work/straight.losses" | awk '

@@ -12,6 +12,8 @@
 // themselves bit-exact); export of a tp 2 checkpoint writing whole tensors.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -533,6 +535,44 @@ TEST(Checkpoint, ResumesAcrossOptimizerStateDtypes) {
     std::printf("resumed %s into %s: worst relative loss difference over steps 7-10: %.1e\n",
                 std::string(dtype_name(saved)).c_str(), std::string(dtype_name(resumed)).c_str(), worst);
   }
+}
+
+// One run per checkpoint.dir: a second claim is refused while the first lives, naming the
+// holder; ranks other than 0 check without the lock; the lock goes with its holder.
+TEST(CheckpointDir, TwoRunsCannotSaveIntoOneFolder) {
+  const std::string dir = shared_dir("claim", world());
+  if (world().rank() != 0) return;
+  {
+    CheckpointDirClaim first(dir, 0, true);
+    std::string m;
+    try {
+      CheckpointDirClaim second(dir, 0, true);
+    } catch (const Error& e) {
+      m = e.what();
+    }
+    EXPECT_NE(m.find(str("another run is saving checkpoints into '", dir, "' (pid ", ::getpid())),
+              std::string::npos)
+        << m;
+    EXPECT_NO_THROW(CheckpointDirClaim(dir, 0, false));
+  }
+  EXPECT_NO_THROW(CheckpointDirClaim(dir, 0, true)) << "the lock outlived its holder";
+}
+
+// Old checkpoints are pruned whole: renamed to step_K.tmp (never loaded) before their files go,
+// and nothing of them is left.
+TEST(CheckpointDir, PruningLeavesOnlyTheNewestCheckpoints) {
+  Config c = base();
+  c.train.steps = 6;
+  c.checkpoint.dir = shared_dir("prune", world());
+  c.checkpoint.every = 1;
+  c.checkpoint.keep = 2;
+  run(c, world());
+  if (world().rank() != 0) return;
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(c.checkpoint.dir))
+    names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{".lock", "latest", "step_5", "step_6"}));
 }
 
 TEST(Checkpoint, ManifestListsEveryTensorFileAndChecksum) {
