@@ -155,6 +155,34 @@ void write_file_atomic(const std::string& path, std::string_view bytes, std::str
   f.commit();
 }
 
+void check_output_file(const std::string& path, std::string_view key, std::string_view where) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(path).parent_path();
+  std::error_code ec;
+  if (!dir.empty() && !fs::is_directory(dir, ec))
+    fail(std::string(where),
+         str("the folder '", dir.string(), "' of ", key, " '", path, "' does not exist"),
+         str("create it first (mkdir -p ", dir.string(), ") or choose another ", key));
+  if (fs::is_directory(path, ec))
+    fail(std::string(where), str(key, " '", path, "' is a folder"), "name a file to write");
+  const std::string d = dir.empty() ? "." : dir.string();
+  if (::access(d.c_str(), W_OK) != 0)
+    fail(std::string(where),
+         str("cannot write ", key, " '", path, "': the folder '", d, "' is not writable (",
+             errno_string(errno), ")"),
+         str("choose another ", key));
+}
+
+void check_not_an_input(const std::string& out, std::string_view out_key, const std::string& in,
+                        std::string_view in_key, std::string_view where) {
+  std::error_code ec;
+  if (out.empty() || in.empty() || !std::filesystem::equivalent(out, in, ec) || ec) return;
+  fail(std::string(where),
+       str(out_key, " '", out, "' is ", in_key, " '", in, "', an input: writing it would destroy "
+           "it"),
+       str("give ", out_key, " another path"));
+}
+
 std::string read_file(const std::string& path, std::string_view where) {
   MappedFile m(path, where);
   return std::string(reinterpret_cast<const char*>(m.data()), m.size());

@@ -56,6 +56,14 @@ class AtomicFile {
 
 // Writes `bytes` to `path` through an AtomicFile.
 void write_file_atomic(const std::string& path, std::string_view bytes, std::string_view where);
+// An output file that a run or a command writes after its work, checked before that work: Error
+// naming `key` when the file's folder is missing or not writable, or when `path` is a folder.
+void check_output_file(const std::string& path, std::string_view key, std::string_view where);
+// Error when output `out` is the very file of input `in` (the same path, a symbolic or a hard
+// link): writing it would destroy the input. Nothing to check when either does not exist.
+void check_not_an_input(const std::string& out, std::string_view out_key, const std::string& in,
+                        std::string_view in_key, std::string_view where);
+
 // The whole file as a string (Error naming the file when it cannot be read).
 std::string read_file(const std::string& path, std::string_view where);
 

@@ -281,7 +281,24 @@ struct Trainer::Impl {
     if (!opt.resume.empty()) {
       resume_dir = resolve_checkpoint(opt.resume);
       resume_manifest = read_manifest(resume_dir);
+      if (cfg.train.steps <= resume_manifest.step)
+        fail("checkpoint::resume",
+             str("train.steps = ", cfg.train.steps, ", but ", resume_dir, " has completed ",
+                 resume_manifest.step, " steps: nothing is left to train"),
+             str("set train.steps above ", resume_manifest.step, " (--set train.steps=N); "
+                 "`strata checkpoint export` writes its weights"));
     }
+    // Outputs that are written late are checked now, and none may be an input: a metrics file
+    // opened with truncation, or a trace renamed over it, would destroy data.path.
+    const std::string trace_path =
+        world.rank() > 0 && !cfg.log.trace.empty() ? str(cfg.log.trace, ".rank", world.rank())
+                                                   : cfg.log.trace;
+    if (!trace_path.empty()) fileutil::check_output_file(trace_path, "log.trace", "train::trace");
+    for (const auto& [out, out_key] : {std::pair{cfg.log.metrics, "log.metrics"},
+                                       std::pair{trace_path, "log.trace"}})
+      for (const auto& [in, in_key] : {std::pair{cfg.data.path, "data.path"},
+                                       std::pair{cfg.eval.path, "eval.path"}})
+        fileutil::check_not_an_input(out, out_key, in, in_key, "train::outputs");
     if (!cfg.checkpoint.dir.empty())
       ckpt_claim = std::make_unique<CheckpointDirClaim>(
           cfg.checkpoint.dir, resume_dir.empty() ? 0 : resume_manifest.step, world.rank() == 0);
@@ -881,7 +898,7 @@ struct Trainer::Impl {
       compute->synchronize();
       comm->synchronize();
       std::string path = cfg.log.trace;
-      if (world.rank() > 0) path += str(".rank", world.rank());
+      if (world.rank() > 0) path += str(".rank", world.rank());  // as checked at the start
       trace_write(path, world.rank());
     }
   }

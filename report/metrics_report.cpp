@@ -341,13 +341,7 @@ std::string report_svg(const std::vector<MetricsRun>& runs, std::string title) {
 }
 
 void check_output(const std::string& path, std::string_view option) {
-  fs::path dir = fs::path(path).parent_path();
-  std::error_code ec;
-  if (!dir.empty() && !fs::is_directory(dir, ec))
-    fail("report::write", str("the folder '", dir.string(), "' of ", option, " '", path, "' does not exist"),
-         str("create it first (mkdir -p ", dir.string(), ") or choose another ", option));
-  if (fs::is_directory(path, ec))
-    fail("report::write", str(option, " '", path, "' is a folder"), "name a file to write");
+  fileutil::check_output_file(path, option, "report::write");
 }
 
 void write_output(const std::string& path, std::string_view text, std::string_view option) {

@@ -7,6 +7,7 @@
 
 #include "apps/strata/commands.h"
 #include "core/error.h"
+#include "engine/file_util.h"
 #include "report/metrics_report.h"
 
 namespace strata::app {
@@ -32,6 +33,10 @@ void register_report(CLI::App& app) {
            "give one --label per file, in the order of the files, or none");
     report::check_output(args->out, "--out");
     if (!args->csv.empty()) report::check_output(args->csv, "--csv");
+    for (const std::string& in : args->files) {
+      fileutil::check_not_an_input(args->out, "--out", in, "the metrics file", "report::args");
+      fileutil::check_not_an_input(args->csv, "--csv", in, "the metrics file", "report::args");
+    }
     std::vector<std::string> names = args->labels.empty() ? report::run_names(args->files) : args->labels;
     std::vector<report::MetricsRun> runs;
     for (size_t i = 0; i < args->files.size(); ++i) runs.push_back(report::read_metrics(args->files[i], names[i]));

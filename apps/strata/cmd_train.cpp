@@ -16,6 +16,7 @@
 #include "core/log.h"
 #include "core/size.h"
 #include "core/watchdog.h"
+#include "engine/file_util.h"
 #include "engine/trainer.h"
 
 namespace strata::app {
@@ -80,8 +81,36 @@ const char* signal_name(int sig) {
                           : "a signal";
 }
 
+// --out, checked before training: a folder that can be created and written, whose files are
+// none of the run's inputs; and the run's log files are not its config file.
+void check_out(const TrainArgs& a, const Config& cfg) {
+  namespace fs = std::filesystem;
+  constexpr const char* where = "train::out";
+  parse_dtype(a.out_dtype);
+  std::error_code ec;
+  if (fs::exists(a.out, ec) && !fs::is_directory(a.out, ec))
+    fail(where, str("--out '", a.out, "' is a file, not a folder"),
+         "--out names the folder that will hold config.json and model.safetensors");
+  fs::create_directories(a.out, ec);
+  if (ec) fail(where, str("cannot create --out '", a.out, "': ", ec.message()));
+  for (const char* file : {"config.json", "model.safetensors", "model.safetensors.index.json"}) {
+    const std::string out = (fs::path(a.out) / file).string();
+    fileutil::check_output_file(out, "--out", where);
+    for (const auto& [in, in_key] :
+         {std::pair{a.config.config_path, "--config"}, std::pair{cfg.data.path, "data.path"},
+          std::pair{cfg.eval.path, "eval.path"},
+          std::pair{a.config.init_from.empty() ? std::string()
+                                               : (fs::path(a.config.init_from) / file).string(),
+                    "--init-from"}})
+      fileutil::check_not_an_input(out, str("--out's ", file), in, in_key, where);
+  }
+}
+
 void run_train(const TrainArgs& a) {
   Config cfg = a.resume.empty() ? load(a.config) : load_for_resume(a.config, a.resume);
+  for (const auto& [out, key] : {std::pair{cfg.log.metrics, "log.metrics"},
+                                 std::pair{cfg.log.trace, "log.trace"}})
+    fileutil::check_not_an_input(out, key, a.config.config_path, "--config", "train::outputs");
   watchdog_set_timeout(cfg.parallel.timeout);  // MPI's setup is watched too (comm/comm_mpi.cpp)
   auto world = make_world();
   // "auto" tiers are chosen before anything is allocated (apps/strata/auto_place.h).
@@ -94,7 +123,7 @@ void run_train(const TrainArgs& a) {
     opt.resume = a.resume;
     opt.peak_flops = cfg.log.peak_flops;
     if (opt.peak_flops <= 0) opt.peak_flops = measure_linear_flops(cfg, 0.3);
-    if (!a.out.empty()) parse_dtype(a.out_dtype);  // fail before training, not after
+    if (!a.out.empty()) check_out(a, cfg);  // fail before training, not after
     apply_fault_hooks(world->rank(), opt);
     opt.stop_requested = [] { return g_stop_signal.load(); };
     trainer = std::make_unique<Trainer>(cfg, *world, opt);
@@ -162,12 +191,22 @@ void register_train(CLI::App& app) {
   auto args = std::make_shared<TrainArgs>();
   CLI::App* cmd = app.add_subcommand("train", "train a model (no arguments: the built-in default)");
   add_config_options(*cmd, args->config);
+  auto not_empty = [](const char* what) {
+    return CLI::Validator(
+        [what](std::string& v) { return v.empty() ? str("needs ", what, ", not ''") : std::string(); },
+        "", "not empty");
+  };
   cmd->add_option("--resume", args->resume,
                   "continue from a checkpoint: the checkpoint.dir root (its newest complete "
                   "checkpoint) or one step_N folder; the config is the checkpoint's unless --config "
-                  "is given, with --set applied on top");
-  cmd->add_option("--out,-o", args->out, "write the final weights (Hugging Face safetensors + config.json) here");
-  cmd->add_option("--out-dtype", args->out_dtype, "dtype of the written weights: f32, bf16 or f16");
+                  "is given, with --set applied on top")
+      ->check(not_empty("a checkpoint folder"));
+  CLI::Option* out =
+      cmd->add_option("--out,-o", args->out,
+                      "write the final weights (Hugging Face safetensors + config.json) here")
+          ->check(not_empty("a folder"));
+  cmd->add_option("--out-dtype", args->out_dtype, "dtype of the written weights: f32, bf16 or f16")
+      ->needs(out);
   cmd->add_option("--rates", args->auto_args.rates_path,
                   "with offload.* = \"auto\": the rate cache file (default $XDG_CACHE_HOME/strata/rates.json "
                   "or ~/.cache/strata/rates.json)");

@@ -5,6 +5,7 @@
 set -u
 strata=$1
 work=$2
+rm -rf "$work"
 mkdir -p "$work"
 failures=0
 
@@ -55,6 +56,21 @@ expect_error "$work/rates.json"   plan --auto --rates "$work/rates.json"
 expect_error "rm '$work/rates.json'" train --set offload.optimizer=auto --rates "$work/rates.json"
 # The update pattern is not swept (and nothing is written: the check comes first).
 expect_error "drop --pattern update" bench io --dir "$work/io" --sweep --pattern update
+# Outputs checked before any work, and never over an input (the input is left as it was).
+cp "$work/text.txt" "$work/keep.txt"
+expect_error "an input"           train --set data.path="$work/text.txt" --set log.metrics="$work/text.txt"
+expect_error "an input"           train --set data.path="$work/text.txt" --set log.trace="$work/text.txt"
+cmp -s "$work/text.txt" "$work/keep.txt" || { echo "FAIL: a refused run changed data.path"; failures=$((failures + 1)); }
+expect_error "log.trace"          train --set log.trace="$work/no/such/folder/t.json"
+: >"$work/a_file"
+expect_error "is a file, not a folder" train --out "$work/a_file"
+printf '{"step": 1, "loss": 5.5}\n' >"$work/m.jsonl"
+expect_error "an input"           report "$work/m.jsonl" --out "$work/m.jsonl"
+# A resume with nothing left to train (train.steps at or below the checkpoint's step).
+"$strata" train --set train.steps=2 --set eval.batches=0 --set log.metrics= \
+  --set checkpoint.dir="$work/ck" --set checkpoint.every=2 >/dev/null 2>&1 ||
+  { echo "FAIL: the run to resume did not run"; failures=$((failures + 1)); }
+expect_error "nothing is left to train" train --resume "$work/ck"
 
 if [ $failures -ne 0 ]; then
   echo "$failures case(s) failed"
