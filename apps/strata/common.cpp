@@ -11,6 +11,7 @@
 #include "core/cpu.h"
 #include "core/error.h"
 #include "engine/checkpoint.h"
+#include "engine/safetensors.h"
 #include "engine/test_hooks.h"
 #include "kernels/device.h"
 #include "comm/comm_registry.h"
@@ -25,7 +26,32 @@ void add_config_options(CLI::App& cmd, ConfigArgs& args) {
                  "Hugging Face directory (config.json + safetensors) to start from");
 }
 
-Config load(const ConfigArgs& args) { return load_config(args.config_path, args.sets); }
+Config load(const ConfigArgs& args) {
+  Config cfg = load_config(args.config_path, args.sets);
+  if (args.init_from.empty()) return cfg;
+  // The model is --init-from's (its config.json), for the plan and "auto" placement as for the
+  // trainer. A --set of a model key that says otherwise is an error, not dropped in silence;
+  // model.loss_chunk is a run setting and stays.
+  Config theirs = cfg;
+  theirs.model = read_hf_config(args.init_from);
+  theirs.model.loss_chunk = cfg.model.loss_chunk;
+  const nlohmann::json mine = config_to_json(cfg)["model"], hf = config_to_json(theirs)["model"];
+  for (const std::string& set : args.sets) {
+    std::string key = set.substr(0, set.find('='));
+    key.erase(0, key.find_first_not_of(" \t"));
+    key.erase(key.find_last_not_of(" \t") + 1);
+    if (key.rfind("model.", 0) != 0 || key == "model.loss_chunk") continue;
+    const std::string name = key.substr(6);
+    if (hf.contains(name) && mine.value(name, nlohmann::json()) != hf[name])
+      fail("train::init_from",
+           str("--set ", set, " contradicts --init-from ", args.init_from, ", whose config.json "
+               "gives ", key, " = ", hf[name].dump()),
+           "drop that --set: the model comes from --init-from (model.loss_chunk is the one model "
+           "key a run sets)");
+  }
+  validate(theirs);
+  return theirs;
+}
 
 Config load_for_resume(const ConfigArgs& args, const std::string& resume) {
   if (!args.init_from.empty())

@@ -71,6 +71,13 @@ expect_error "an input"           report "$work/m.jsonl" --out "$work/m.jsonl"
   --set checkpoint.dir="$work/ck" --set checkpoint.every=2 >/dev/null 2>&1 ||
   { echo "FAIL: the run to resume did not run"; failures=$((failures + 1)); }
 expect_error "nothing is left to train" train --resume "$work/ck"
+# --init-from gives the model, to plan as to train: a folder that is not there is an error, and a
+# --set of a model key that contradicts its config.json is one too (it was dropped in silence).
+"$strata" train --set train.steps=1 --set eval.batches=0 --set log.metrics= --out "$work/hf" \
+  >/dev/null 2>&1 || { echo "FAIL: the run writing --out did not run"; failures=$((failures + 1)); }
+expect_error "$work/nope"         plan --init-from "$work/nope"
+expect_error "contradicts --init-from" plan --init-from "$work/hf" --set model.dim=96
+expect_error "contradicts --init-from" train --init-from "$work/hf" --set model.n_layers=7
 
 if [ $failures -ne 0 ]; then
   echo "$failures case(s) failed"
