@@ -751,7 +751,6 @@ void export_checkpoint(const std::string& step_dir, const CheckpointManifest& ma
   std::error_code ec;
   fs::create_directories(out_dir, ec);
   if (ec) fail("checkpoint::export", str("cannot create '", out_dir, "': ", ec.message()));
-  write_hf_config(out_dir, model_config, dtype);
   SafetensorsWriter writer((fs::path(out_dir) / "model.safetensors").string(), infos,
                            std::map<std::string, std::string>{{"format", "pt"}});
   std::vector<float> values;
@@ -762,6 +761,8 @@ void export_checkpoint(const std::string& step_dir, const CheckpointManifest& ma
       writer.write_f32(v.name, values.data(), int64_t(v.numel));
     }
   writer.finish();
+  // config.json last: a folder that has one holds whole weights (an export cut short, none).
+  write_hf_config(out_dir, model_config, dtype);
 }
 
 }  // namespace strata

@@ -1060,7 +1060,13 @@ struct Trainer::Impl {
     const int64_t batches = cfg.eval.batches;
     const int64_t rounds = (batches + dp - 1) / dp;  // 64-bit: no overflow near INT_MAX
     watchdog_set_phase("eval");
+    bool cut_short = false;
     for (int64_t k = 0; k < rounds; ++k) {
+      // A stop asked from outside ends an evaluation too (every rank at the same round).
+      if (opt.stop_requested && !stopped_by && (stopped_by = any_rank_asks_to_stop()) > 0) {
+        cut_short = true;
+        break;
+      }
       const int64_t i = k * dp + rank;
       const bool mine = i < batches;
       runner->reset_loss();
@@ -1087,6 +1093,7 @@ struct Trainer::Impl {
       ppc->all_reduce(*comm, h, 1, CommType::f64, ReduceOp::sum);
       comm->synchronize();
     }
+    if (cut_short) return -1;
     last_eval_loss = h[0] / (double(cfg.eval.batches) * B * T);
     last_eval_step = steps_done;
     return last_eval_loss;
@@ -1144,10 +1151,16 @@ TrainSummary Trainer::train() {
     // Validation on the fixed eval windows: it reads only the compute copy, so training (and a
     // save reading master, m and v behind it) goes on exactly as without it.
     if (m.cfg.eval.every > 0 && (r.step % m.cfg.eval.every == 0 || r.step == end)) {
-      r.eval_loss = m.evaluate();
-      if (s.best_eval_step < 0 || r.eval_loss < s.best_eval_loss) {
+      r.eval_loss = m.evaluate();  // < 0: a stop asked during it cut it short
+      if (r.eval_loss >= 0 && (s.best_eval_step < 0 || r.eval_loss < s.best_eval_loss)) {
         s.best_eval_loss = r.eval_loss;
         s.best_eval_step = r.step;
+      }
+      if (m.stopped_by && m.writer && r.checkpoint_saved != r.step) {
+        auto tc = Clock::now();  // the step it followed is the run's last: saved as such
+        m.save_checkpoint(r.step);
+        r.checkpoint_stall_ms += ms_since(tc);
+        r.checkpoint_saved = r.step;
       }
     }
     if (i > 0 || end - first == 1) {
@@ -1171,8 +1184,10 @@ TrainSummary Trainer::train() {
   s.device_peak_bytes_here = m.device->memory().peak_bytes;
   s.device_peak_bytes = m.device_peak_over_ranks();
   // A stopped run ends as soon as its checkpoint is committed: no evaluation of its own.
-  if (m.cfg.eval.batches > 0 && !s.stopped_by)
+  if (m.cfg.eval.batches > 0 && !s.stopped_by) {
     s.eval_loss = m.last_eval_step == m.steps_done ? m.last_eval_loss : m.evaluate();
+    s.stopped_by = m.stopped_by;  // a stop during the final evaluation: no eval loss, no --out
+  }
   if (s.eval_loss >= 0 && (s.best_eval_step < 0 || s.eval_loss < s.best_eval_loss)) {
     s.best_eval_loss = s.eval_loss;
     s.best_eval_step = m.steps_done;

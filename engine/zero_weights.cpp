@@ -118,7 +118,6 @@ void ZeroEngine::Impl::save(const std::string& dir, DType dtype, const std::stri
   std::unique_ptr<SafetensorsWriter> writer;
   const bool writes = dp_.rank() == 0 && (!tp_ || tp_->rank() == 0);
   if (writes) {
-    if (config) write_hf_config(dir, model_.config(), dtype);
     writer = std::make_unique<SafetensorsWriter>(dir + "/" + file, infos,
                                                  std::map<std::string, std::string>{{"format", "pt"}});
   }
@@ -131,7 +130,11 @@ void ZeroEngine::Impl::save(const std::string& dir, DType dtype, const std::stri
     for (size_t i = 0; i < views.size(); ++i)
       writer->write_f32(views[i].name, tensors[i].data(), int64_t(tensors[i].size()));
   }
-  if (writer) writer->finish();
+  if (writer) {
+    writer->finish();
+    // config.json last: a folder that has one holds whole weights (a save cut short, none).
+    if (config) write_hf_config(dir, model_.config(), dtype);
+  }
   dp_.barrier(comm_);  // when save returns on any rank, the files are in place
   if (tp_) tp_->barrier(comm_);
   comm_.synchronize();

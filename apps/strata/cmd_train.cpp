@@ -141,24 +141,32 @@ void run_train(const TrainArgs& a) {
       std::fflush(stdout);
     }
     TrainSummary s;
+    bool wrote_out = false;
     {
+      // Through --out as well: a first signal there lets the weights finish; a second ends the
+      // process, and the folder has no config.json (it is written last).
       StopSignals signals;
       s = trainer->train();
-    }
-    stopped_by = s.stopped_by;
-    if (!a.out.empty() && !stopped_by) {
-      std::filesystem::create_directories(a.out);
-      trainer->save(a.out, a.out_dtype);
+      stopped_by = s.stopped_by;
+      // A stop in the final evaluation leaves every step done: the weights are written.
+      if (!a.out.empty() && (!stopped_by || s.last_step == cfg.train.steps)) {
+        std::filesystem::create_directories(a.out);
+        trainer->save(a.out, a.out_dtype);
+        wrote_out = true;
+      }
     }
     if (lead && stopped_by) {
       std::printf("stopped by %s after step %lld of %lld", signal_name(stopped_by),
                   (long long)s.last_step, (long long)cfg.train.steps);
-      if (!cfg.checkpoint.dir.empty())
+      if (s.last_step == cfg.train.steps)
+        std::printf(", in the final evaluation: every step is done%s\n",
+                    cfg.checkpoint.dir.empty() ? "" : str(" and saved in ", cfg.checkpoint.dir).c_str());
+      else if (!cfg.checkpoint.dir.empty())
         std::printf("; its checkpoint is in %s: continue with strata train --resume %s\n",
                     cfg.checkpoint.dir.c_str(), cfg.checkpoint.dir.c_str());
       else
         std::printf("; no checkpoint.dir, so nothing was saved\n");
-      if (!a.out.empty())
+      if (!a.out.empty() && !wrote_out)
         std::printf("      --out %s not written: the run did not finish\n", a.out.c_str());
     }
     if (!lead) return;
@@ -170,7 +178,7 @@ void run_train(const TrainArgs& a) {
     std::printf("\n      %.0f tokens/s | MFU %.1f%% | device peak %s | host peak RSS %s\n",
                 s.tokens_per_s, 100.0 * s.mfu, format_bytes(s.device_peak_bytes).c_str(),
                 format_bytes(s.host_peak_rss_bytes).c_str());
-    if (!a.out.empty() && !stopped_by) std::printf("      weights written to %s\n", a.out.c_str());
+    if (wrote_out) std::printf("      weights written to %s\n", a.out.c_str());
     const CheckpointStats cs = trainer->checkpoint_stats();
     if (cs.step > 0)
       std::printf("      checkpoint step_%lld in %s: %s from this rank in %.1f s (%.2f GB/s), committed in %.2f s\n",

@@ -790,6 +790,36 @@ TEST(Checkpoint, AStopAskedOnOneRankEndsEveryRankAfterTheSameStepAndResumesBitEx
   expect_resume_continues(c, root, s.losses, straight);
 }
 
+// A stop asked during an evaluation ends the evaluation there. In one within the run, the step it
+// followed is saved as the run's last; in the final one, every step is done and saved. Neither
+// reports an eval loss of the batches it did not read.
+TEST(Checkpoint, AStopAskedDuringAnEvaluationEndsItAndSavesTheStep) {
+  for (const bool final_eval : {false, true}) {
+    SCOPED_TRACE(final_eval ? "the final evaluation" : "the evaluation after step 4");
+    Config c = base();
+    c.train.steps = 6;
+    c.eval.batches = 3;
+    c.eval.every = final_eval ? 0 : 4;
+    c.checkpoint.dir = shared_dir(final_eval ? "stop_final_eval" : "stop_eval", world());
+    c.checkpoint.every = 100;
+    TrainerOptions stop;
+    stop.progress = false;
+    int polls = 0;
+    const int at = final_eval ? 7 : 5;  // once after every step, then before every eval round
+    stop.stop_requested = [&] { return ++polls >= at ? 15 : 0; };
+    TrainSummary s;
+    {
+      Trainer t(c, world(), stop);
+      s = t.train();
+    }
+    EXPECT_EQ(s.stopped_by, 15);
+    EXPECT_EQ(polls, at) << "the evaluation went on after the stop";
+    EXPECT_EQ(s.last_step, final_eval ? 6 : 4);
+    EXPECT_LT(s.eval_loss, 0);
+    EXPECT_TRUE(fs::exists(str(c.checkpoint.dir, "/step_", s.last_step, "/manifest.json")));
+  }
+}
+
 TEST(Checkpoint, ACheckpointOfTwoRanksResumesOnFourAndOnOne) {
   if (world().size() != 4) GTEST_SKIP() << "needs mpirun -np 4";
   Config c = base();
