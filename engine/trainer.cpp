@@ -281,6 +281,7 @@ struct Trainer::Impl {
     if (!opt.resume.empty()) {
       resume_dir = resolve_checkpoint(opt.resume);
       resume_manifest = read_manifest(resume_dir);
+      check_same_model(resume_manifest, resume_dir);
       if (cfg.train.steps <= resume_manifest.step)
         fail("checkpoint::resume",
              str("train.steps = ", cfg.train.steps, ", but ", resume_dir, " has completed ",
@@ -836,6 +837,26 @@ struct Trainer::Impl {
     CheckpointSource& source = zero->checkpoint_source();
     writer->start(std::move(m), checkpoint_blocks(*model, rank, cfg.train.optimizer_state_dtype), source);
     if (!cfg.checkpoint.async) writer->wait();
+  }
+
+  // A resumed run continues the model it was saved from: every model key but the ones that only
+  // bound or split the run (max_seq_len, loss_chunk) and init_std (used before step 1) must be
+  // the checkpoint's. Some would load (the same shapes) and train another function in silence:
+  // rope_theta, norm_eps, the rope scaling.
+  void check_same_model(const CheckpointManifest& m, const std::string& dir) const {
+    if (!m.config.contains("model")) return;  // a manifest from before the model was recorded
+    const nlohmann::json& saved = m.config["model"];
+    const nlohmann::json mine = config_to_json(cfg)["model"];
+    for (const auto& [key, value] : mine.items()) {
+      if (key == "max_seq_len" || key == "loss_chunk" || key == "init_std") continue;
+      if (!saved.contains(key) || saved[key] == value) continue;
+      fail("checkpoint::resume",
+           str("model.", key, " = ", value.dump(), ", but the checkpoint ", dir, " was trained with ",
+               saved[key].dump(), ": a resumed run continues the same model"),
+           str("drop that setting (--set model.", key, ") to resume; to train another model from "
+               "these weights, export them (strata checkpoint export) and start from them with "
+               "--init-from"));
+    }
   }
 
   // Verifies the checkpoint's files (each rank a share; nobody starts until all are checked),

@@ -820,6 +820,31 @@ TEST(Checkpoint, AStopAskedDuringAnEvaluationEndsItAndSavesTheStep) {
   }
 }
 
+// A resume continues the model it was saved from: a model key that loads into the same shapes
+// but computes another function (rope_theta) is refused, naming it; max_seq_len may change.
+TEST(Checkpoint, AResumeWithAnotherModelIsRefused) {
+  Config c = base();
+  c.checkpoint.dir = shared_dir("other_model", world());
+  c.checkpoint.every = 2;
+  TrainerOptions first;
+  first.stop_after = 2;
+  run(c, world(), first);
+  TrainerOptions resume;
+  resume.resume = c.checkpoint.dir;
+  Config other = c;
+  other.model.rope_theta = 5e5f;
+  std::string m;
+  try {
+    run(other, world(), resume);
+  } catch (const Error& e) {
+    m = e.what();
+  }
+  EXPECT_NE(m.find("model.rope_theta = 500000.0, but the checkpoint"), std::string::npos) << m;
+  Config longer = c;
+  longer.model.max_seq_len *= 2;
+  EXPECT_NO_THROW(run(longer, world(), resume));
+}
+
 TEST(Checkpoint, ACheckpointOfTwoRanksResumesOnFourAndOnOne) {
   if (world().size() != 4) GTEST_SKIP() << "needs mpirun -np 4";
   Config c = base();
