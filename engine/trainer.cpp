@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -458,6 +459,7 @@ struct Trainer::Impl {
       zero->init_from_seed(cfg.train.seed);
     } else {
       SafetensorsReader reader(opt.init_from);
+      if (std::filesystem::is_directory(opt.init_from)) check_every_tensor_used(reader);
       zero->init_from(reader);
     }
     if (!cfg.checkpoint.dir.empty()) {
@@ -837,6 +839,43 @@ struct Trainer::Impl {
     CheckpointSource& source = zero->checkpoint_source();
     writer->start(std::move(m), checkpoint_blocks(*model, rank, cfg.train.optimizer_state_dtype), source);
     if (!cfg.checkpoint.async) writer->wait();
+  }
+
+  // Every tensor of an --init-from folder's files is loaded, or the files are of another model
+  // than its config.json (more layers, an untied output head): none is dropped in silence. Rotary tables
+  // (rotary_emb.inv_freq, saved by older transformers) are derived, not weights; a tied model's
+  // lm_head.weight may be there if it is the embedding.
+  void check_every_tensor_used(const SafetensorsReader& reader) const {
+    std::set<std::string> loaded;
+    for (const auto& unit : model->all_units())
+      for (const auto& v : unit.layout.views()) loaded.insert(v.name);
+    auto same_values = [&](const std::string& a, const std::string& b) {
+      if (!reader.has(b) || reader.info(a).shape != reader.info(b).shape) return false;
+      const size_t n = size_t(reader.info(a).numel());
+      std::vector<float> x(n), y(n);
+      reader.read_f32(a, x.data());
+      reader.read_f32(b, y.data());
+      return std::memcmp(x.data(), y.data(), n * sizeof(float)) == 0;
+    };
+    std::vector<std::string> unused;
+    for (const std::string& name : reader.names()) {
+      if (loaded.count(name) || name.ends_with("rotary_emb.inv_freq")) continue;
+      if (name == "lm_head.weight" && cfg.model.tie_embeddings &&
+          same_values(name, "model.embed_tokens.weight"))
+        continue;
+      unused.push_back(name);
+    }
+    if (unused.empty()) return;
+    std::string list;
+    for (size_t i = 0; i < std::min<size_t>(unused.size(), 3); ++i)
+      list += str(i ? ", " : "", unused[i]);
+    if (unused.size() > 3) list += str(", ... (", unused.size(), " in all)");
+    fail("train::init_from",
+         str(opt.init_from, " holds tensors that the model of its config.json does not have: ",
+             list),
+         "the weights are of another model than config.json describes (more layers? an output "
+         "head of its own with tie_word_embeddings = true?): fix config.json, or use the folder "
+         "the weights came with");
   }
 
   // A resumed run continues the model it was saved from: every model key but the ones that only

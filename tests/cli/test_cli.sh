@@ -78,6 +78,12 @@ expect_error "nothing is left to train" train --resume "$work/ck"
 expect_error "$work/nope"         plan --init-from "$work/nope"
 expect_error "contradicts --init-from" plan --init-from "$work/hf" --set model.dim=96
 expect_error "contradicts --init-from" train --init-from "$work/hf" --set model.n_layers=7
+# Weights of another model than config.json says (4 layers in the file, 3 in the config): the
+# tensors of layer 3 would be dropped in silence.
+mkdir -p "$work/hf3"
+cp "$work/hf/model.safetensors" "$work/hf3/"
+sed 's/"num_hidden_layers": 4/"num_hidden_layers": 3/' "$work/hf/config.json" >"$work/hf3/config.json"
+expect_error "model.layers.3."    train --init-from "$work/hf3" --set train.steps=1
 
 if [ $failures -ne 0 ]; then
   echo "$failures case(s) failed"
