@@ -493,7 +493,8 @@ nlohmann::json offloaded_run(const Offloaded& o, double peak_f32, double peak_bf
 
 void need_cuda() {
   if (cuda_device_count() == 0)
-    fail("bench::gpu", str("no CUDA device: ", cuda_describe()), "run on a machine with an NVIDIA GPU");
+    fail("bench::gpu", str("no CUDA device: ", cuda_describe()),
+         "run on a machine with an NVIDIA GPU");
 }
 
 }  // namespace

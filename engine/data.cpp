@@ -233,6 +233,13 @@ WindowSampler::WindowSampler(const TokenSource& source, int seq_len, bool shuffl
     : source_(source), seq_len_(seq_len), shuffle_(shuffle), seed_(seed) {
   if (seq_len < 1) fail("data::windows", str("seq_len = ", seq_len, "; allowed: >= 1"));
   STRATA_CHECK(source.size() > 0, "data::windows", "empty token source ", source.name());
+  // A window reads seq_len + 1 tokens (the targets are the inputs shifted by one). Fewer would
+  // repeat the data inside every window (a 2-token file trained as "hihihi...").
+  if (source.size() < uint64_t(seq_len) + 1)
+    fail("data::windows",
+         str(source.name(), " holds ", source.size(),
+             " tokens, fewer than one window of seq_len + 1 = ", seq_len + 1),
+         "give more data, or a smaller data.seq_len");
   windows_per_epoch_ = std::max<uint64_t>(1, source.size() / static_cast<uint64_t>(seq_len));
 }
 

@@ -842,9 +842,9 @@ struct Trainer::Impl {
   }
 
   // Every tensor of an --init-from folder's files is loaded, or the files are of another model
-  // than its config.json (more layers, an untied output head): none is dropped in silence. Rotary tables
-  // (rotary_emb.inv_freq, saved by older transformers) are derived, not weights; a tied model's
-  // lm_head.weight may be there if it is the embedding.
+  // than its config.json (more layers, an untied output head): none is dropped in silence.
+  // Rotary tables (rotary_emb.inv_freq, saved by older transformers) are derived, not weights; a
+  // tied model's lm_head.weight may be there if it is the embedding.
   void check_every_tensor_used(const SafetensorsReader& reader) const {
     std::set<std::string> loaded;
     for (const auto& unit : model->all_units())
@@ -890,8 +890,8 @@ struct Trainer::Impl {
       if (key == "max_seq_len" || key == "loss_chunk" || key == "init_std") continue;
       if (!saved.contains(key) || saved[key] == value) continue;
       fail("checkpoint::resume",
-           str("model.", key, " = ", value.dump(), ", but the checkpoint ", dir, " was trained with ",
-               saved[key].dump(), ": a resumed run continues the same model"),
+           str("model.", key, " = ", value.dump(), ", but the checkpoint ", dir,
+               " was trained with ", saved[key].dump(), ": a resumed run continues the same model"),
            str("drop that setting (--set model.", key, ") to resume; to train another model from "
                "these weights, export them (strata checkpoint export) and start from them with "
                "--init-from"));

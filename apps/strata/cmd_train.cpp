@@ -160,7 +160,8 @@ void run_train(const TrainArgs& a) {
                   (long long)s.last_step, (long long)cfg.train.steps);
       if (s.last_step == cfg.train.steps)
         std::printf(", in the final evaluation: every step is done%s\n",
-                    cfg.checkpoint.dir.empty() ? "" : str(" and saved in ", cfg.checkpoint.dir).c_str());
+                    cfg.checkpoint.dir.empty() ? ""
+                                               : str(" and saved in ", cfg.checkpoint.dir).c_str());
       else if (!cfg.checkpoint.dir.empty())
         std::printf("; its checkpoint is in %s: continue with strata train --resume %s\n",
                     cfg.checkpoint.dir.c_str(), cfg.checkpoint.dir.c_str());
@@ -201,7 +202,9 @@ void register_train(CLI::App& app) {
   add_config_options(*cmd, args->config);
   auto not_empty = [](const char* what) {
     return CLI::Validator(
-        [what](std::string& v) { return v.empty() ? str("needs ", what, ", not ''") : std::string(); },
+        [what](std::string& v) {
+          return v.empty() ? str("needs ", what, ", not ''") : std::string();
+        },
         "", "not empty");
   };
   cmd->add_option("--resume", args->resume,

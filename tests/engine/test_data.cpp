@@ -107,6 +107,22 @@ TEST(Data, WindowPositionIsExactForHugeIndices) {
   EXPECT_EQ(in[0], 256);
 }
 
+// A source shorter than one window (seq_len + 1 tokens) is refused, naming it; one that long is
+// one window.
+TEST(Data, ASourceShorterThanOneWindowIsRefused) {
+  CountingSource short_one(8);
+  try {
+    WindowSampler s(short_one, 8, false, 1);
+    FAIL() << "8 tokens made windows of 8 + 1";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("holds 8 tokens, fewer than one window of seq_len + 1 = 9"), std::string::npos)
+        << m;
+  }
+  CountingSource one(9);
+  EXPECT_EQ(WindowSampler(one, 8, false, 1).windows_per_epoch(), 1u);
+}
+
 TEST(Data, ShuffleIsADeterministicPermutationPerEpoch) {
   const int T = 4;
   for (uint64_t W : {1ull, 2ull, 3ull, 5ull, 7ull, 12ull, 100ull, 1000ull, 4097ull}) {

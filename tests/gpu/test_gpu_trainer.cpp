@@ -1,7 +1,8 @@
 // The trainer on the CUDA device (train.device = cuda): 5 AdamW steps against the same run on
 // the CPU device, bf16 tensor-core GEMMs against f32 ones, the GEMM rate its MFU is measured
 // against, and every offload placement on CUDA bit-identical to all-device on CUDA. Written
-// against engine/trainer.h and bench/rate_probe.h; each test skips without a GPU. First run on an H200 on 2026-12-04 (bench/results/h200-2026-12-04.md).
+// against engine/trainer.h and bench/rate_probe.h; each test skips without a GPU. First run on
+// an H200 on 2026-12-04 (bench/results/h200-2026-12-04.md).
 //
 // Tolerances (as tests/engine/test_golden.cpp against PyTorch): both devices compute in f32 but
 // reduce in different orders (cuBLASLt vs OpenBLAS blocking, attention tiling), so the losses of
