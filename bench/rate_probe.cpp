@@ -292,6 +292,7 @@ RatesLookup rates_for(const Config& c, const std::string& cache_path, bool repro
       return out;
     }
   }
+  check_rate_cache_writable(out.cache_path);
   if (on_probe) on_probe(out.cache_path);
   out.rates = probe_rates(c);
   out.probed = true;

@@ -4,6 +4,7 @@
 #include "engine/plan.h"
 
 #include <sys/statvfs.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -24,13 +25,21 @@ constexpr const char* kPlanBytes = "memory plan bytes";
 uint64_t mul(uint64_t a, uint64_t b) { return checked_mul(a, b, kPlanBytes); }
 uint64_t add(uint64_t a, uint64_t b) { return checked_add(a, b, kPlanBytes); }
 
-uint64_t free_bytes(const std::string& dir) {
+// Free bytes for swap files under dir (on its nearest existing ancestor's file system); 0, with
+// `why`, where none can be created: not a folder, not writable, read-only, not on a disk (/proc).
+uint64_t free_bytes(const std::string& dir, std::string& why) {
   std::error_code ec;
   std::filesystem::path p(dir);
   while (!p.empty() && !std::filesystem::exists(p, ec)) p = p.parent_path();  // nearest existing
+  const std::string at = p.empty() ? "." : p.string();
   struct statvfs st;
-  if (statvfs(p.empty() ? "." : p.c_str(), &st) != 0) return 0;
-  return uint64_t(st.f_bavail) * st.f_frsize;
+  if (!std::filesystem::is_directory(at, ec)) why = str("'", at, "' is not a folder");
+  else if (::access(at.c_str(), W_OK) != 0) why = str("'", at, "' is not writable");
+  else if (statvfs(at.c_str(), &st) != 0) why = str("statvfs('", at, "') failed");
+  else if (st.f_flag & ST_RDONLY) why = "a read-only file system";
+  else if (st.f_blocks == 0) why = "not on a disk";
+  else return uint64_t(st.f_bavail) * st.f_frsize;
+  return 0;
 }
 
 }  // namespace
@@ -184,8 +193,9 @@ MemoryPlan plan_memory(const Config& c, int dp, const PlanMachine& machine, int 
     uint64_t free_total = 0;
     std::string dirs;
     for (const auto& d : c.offload.nvme_path) {
-      free_total = add(free_total, free_bytes(d));
-      dirs += (dirs.empty() ? "" : ", ") + d;
+      std::string why;
+      free_total = add(free_total, free_bytes(d, why));
+      dirs += (dirs.empty() ? "" : ", ") + d + (why.empty() ? "" : str(": ", why));
     }
     p.checks.push_back({str("NVMe swap of ", p.ranks_here, " rank(s)"), mul(nvme, uint64_t(p.ranks_here)),
                         free_total, str("free space in ", dirs)});

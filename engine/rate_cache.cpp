@@ -193,14 +193,20 @@ void store_rates(const std::string& path, const std::string& key, const MachineR
     e[kNvmeSteal] = r.nvme_steal_s_per_gb;
   }
   j["machines"][file_key(key)] = std::move(e);
-  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
-  std::error_code ec;
-  if (!dir.empty()) std::filesystem::create_directories(dir, ec);
-  if (ec) fail(kWhere, str("cannot create '", dir.string(), "': ", ec.message()),
-               "set XDG_CACHE_HOME to a writable directory");
+  check_rate_cache_writable(path);
   // r.nvme may hold bytes that are not UTF-8 too (a mount point's name): stored as U+FFFD.
   const auto replace = nlohmann::json::error_handler_t::replace;
   fileutil::write_file_atomic(path, j.dump(2, ' ', false, replace) + "\n", kWhere);
+}
+
+void check_rate_cache_writable(const std::string& path) {
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  std::error_code ec;
+  if (!dir.empty()) std::filesystem::create_directories(dir, ec);
+  if (ec)
+    fail(kWhere, str("cannot create '", dir.string(), "' for the rate cache: ", ec.message()),
+         "name a writable file with --rates, or set XDG_CACHE_HOME to a writable folder");
+  fileutil::check_output_file(path, "the rate cache", kWhere);
 }
 
 nlohmann::json rates_json(const MachineRates& r) {

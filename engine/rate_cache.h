@@ -33,6 +33,9 @@ std::optional<MachineRates> load_rates(const std::string& path, const std::strin
 // Adds or replaces the entry for `key` (other entries are kept; a malformed file is an Error,
 // never overwritten silently), creating the directory.
 void store_rates(const std::string& path, const std::string& key, const MachineRates& rates);
+// Creates the cache's folder and checks that the file can be written: before a probe, so that
+// its seconds of measurements are not thrown away for want of a place to keep them.
+void check_rate_cache_writable(const std::string& path);
 
 // Every rate, where it came from and when it was measured, as reports print them (`strata plan
 // --auto --json`, `strata bench sweep`); not the cache entry's format.

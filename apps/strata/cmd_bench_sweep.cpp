@@ -54,6 +54,9 @@ void register_bench_sweep(CLI::App& bench) {
       return;
     }
     args->options.io_bench_bytes = parse_bytes(args->io_bytes, "--io-bytes");
+    if (!args->options.out_prefix.empty())  // before the sweep's minutes, not after them
+      for (const char* ext : {".json", ".csv", ".svg"})
+        report::check_output(args->options.out_prefix + ext, "--out");
     auto world = make_world();
     nlohmann::json j = run_sweep(*world, args->options);
     if (world->rank() != 0) return;

@@ -51,9 +51,14 @@ expect_error "config.json"        eval --init-from "$work"
 expect_error "dtype"              train --set train.steps=1 --out "$work/out" --out-dtype int4
 # "auto" placement: a rate cache that cannot be read is an error naming it and the fix (and
 # nothing is probed: reading fails first).
+: >"$work/a_file"
 printf '{"version": 1, "machines": {' >"$work/rates.json"
 expect_error "$work/rates.json"   plan --auto --rates "$work/rates.json"
 expect_error "rm '$work/rates.json'" train --set offload.optimizer=auto --rates "$work/rates.json"
+# A rate cache that cannot be written is found before the probe's seconds, not after.
+expect_error "for the rate cache" plan --auto --rates "$work/a_file/no/such/rates.json"
+# bench sweep checks --out before its minutes of training.
+expect_error "--out"              bench sweep --out "$work/no/such/folder/p"
 # The update pattern is not swept (and nothing is written: the check comes first).
 expect_error "drop --pattern update" bench io --dir "$work/io" --sweep --pattern update
 # Outputs checked before any work, and never over an input (the input is left as it was).
@@ -62,7 +67,6 @@ expect_error "an input"           train --set data.path="$work/text.txt" --set l
 expect_error "an input"           train --set data.path="$work/text.txt" --set log.trace="$work/text.txt"
 cmp -s "$work/text.txt" "$work/keep.txt" || { echo "FAIL: a refused run changed data.path"; failures=$((failures + 1)); }
 expect_error "log.trace"          train --set log.trace="$work/no/such/folder/t.json"
-: >"$work/a_file"
 expect_error "is a file, not a folder" train --out "$work/a_file"
 printf '{"step": 1, "loss": 5.5}\n' >"$work/m.jsonl"
 expect_error "an input"           report "$work/m.jsonl" --out "$work/m.jsonl"
