@@ -1074,6 +1074,16 @@ void validate(const Config& c) {
              " = \"nvme\" needs offload.nvme_path, which is empty"),
          "set offload.nvme_path to one directory per NVMe device, e.g. "
          "--set offload.nvme_path=/mnt/nvme0,/mnt/nvme1");
+  auto normal = [](const std::string& d) {
+    std::filesystem::path p = std::filesystem::path(d).lexically_normal();
+    return p.has_filename() || p.parent_path().empty() ? p : p.parent_path();  // "a/" as "a"
+  };
+  for (size_t i = 0; i < o.nvme_path.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (normal(o.nvme_path[i]) == normal(o.nvme_path[j]))
+        fail(kWhere, str("offload.nvme_path names '", o.nvme_path[j], "' twice"),
+             "give each NVMe device's folder once: two stripes on one disk gain nothing, and the "
+             "plan would count its free space twice");
   if (o.optimizer_host_bytes && !o.optimizer.automatic && o.optimizer != Tier::nvme)
     fail(kWhere,
          str("offload.optimizer_host_bytes = ", format_bytes(o.optimizer_host_bytes),

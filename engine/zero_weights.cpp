@@ -6,6 +6,7 @@
 // Checkpoints (master, m and v of any mesh) are engine/zero_checkpoint.cpp; this file touches
 // only master weights, the compute copy and (read-only) gradients.
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <memory>
 
@@ -56,6 +57,15 @@ void ZeroEngine::Impl::init_from(const SafetensorsReader& reader) {
                         int64_t(n_run));
         i += n_run;
       }
+      // A NaN or an infinity would be reported as the run diverging, with the wrong hint.
+      const auto first = h.begin() + ptrdiff_t(b - begin), last = h.begin() + ptrdiff_t(e - begin);
+      const auto bad = std::find_if(first, last, [](float x) { return !std::isfinite(x); });
+      if (bad != last)
+        fail("zero::init_from",
+             str("tensor '", v.name, "' holds ", *bad, " (element ",
+                 v.global_index(size_t(bad - h.begin()) + begin - v.offset), ")"),
+             "the weights are damaged or overflowed when they were written (f16?): use another "
+             "copy of them");
     }
     write_master_values(units_[size_t(u)], 0, n, h.data());
   }

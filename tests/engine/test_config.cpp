@@ -181,6 +181,14 @@ TEST(Config, SetStringsMustBeUtf8) {
   }
 }
 
+// One folder per NVMe device: a folder named twice (here with a trailing slash) would stripe
+// over one disk twice and count its free space twice.
+TEST(Config, NvmePathNamesEachFolderOnce) {
+  EXPECT_ERROR_HAS(load_config("", {"offload.nvme_path=/mnt/a,/mnt/b,/mnt/a/"}),
+                   "offload.nvme_path names '/mnt/a' twice");
+  EXPECT_EQ(load_config("", {"offload.nvme_path=/mnt/a,/mnt/ab"}).offload.nvme_path.size(), 2u);
+}
+
 TEST(Config, ParallelTimeout) {
   EXPECT_EQ(Config{}.parallel.timeout, 600.0);
   EXPECT_EQ(load_config("", {"parallel.timeout=30.5"}).parallel.timeout, 30.5);

@@ -265,6 +265,32 @@ TEST(Trainer, WeightsRoundTripThroughSafetensors) {
   EXPECT_EQ(back.evaluate(), before);
 }
 
+// A NaN among --init-from's weights is refused at load, naming the tensor and the element (it
+// was reported as the run diverging, with the hint to lower the learning rate).
+TEST(Trainer, InitFromWeightsThatAreNotFiniteIsAnError) {
+  Config c = tiny();
+  auto world = make_solo_communicator();
+  TrainerOptions opt;
+  opt.progress = false;
+  const std::string dir = std::string(STRATA_TEST_WORK_DIR) + "/not_finite";
+  std::filesystem::create_directories(dir);
+  {
+    Trainer t(c, *world, opt);
+    std::vector<float> w = t.parameter("model.norm.weight");
+    w[3] = std::numeric_limits<float>::quiet_NaN();
+    t.set_parameter("model.norm.weight", w);
+    t.save(dir);
+  }
+  opt.init_from = dir;
+  std::string m;
+  try {
+    Trainer back(c, *world, opt);
+  } catch (const Error& e) {
+    m = e.what();
+  }
+  EXPECT_NE(m.find("tensor 'model.norm.weight' holds nan (element 3)"), std::string::npos) << m;
+}
+
 TEST(Trainer, RefusesAModelLargerThanTheDeviceLimit) {
   Config c = tiny();
   c.offload.device_mem_limit = 64 << 10;
