@@ -16,6 +16,11 @@ void register_eval(CLI::App& app) {
   add_config_options(*cmd, *args);
   cmd->callback([args] {
     Config cfg = load(*args);
+    // Evaluation trains nothing and writes none of a run's files: a training config's
+    // checkpoint.dir is not claimed, and its log.metrics is not truncated.
+    cfg.checkpoint.dir.clear();
+    cfg.log.metrics.clear();
+    cfg.log.trace.clear();
     auto world = make_world();
     std::unique_ptr<Trainer> trainer;  // outlives the catch below: see end_job_if_peers
     try {

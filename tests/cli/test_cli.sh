@@ -75,6 +75,11 @@ expect_error "an input"           report "$work/m.jsonl" --out "$work/m.jsonl"
   --set checkpoint.dir="$work/ck" --set checkpoint.every=2 >/dev/null 2>&1 ||
   { echo "FAIL: the run to resume did not run"; failures=$((failures + 1)); }
 expect_error "nothing is left to train" train --resume "$work/ck"
+# eval writes none of a run's files: a training config's metrics file and checkpoint folder stay.
+cp "$work/m.jsonl" "$work/m_keep.jsonl"
+"$strata" eval --set eval.batches=1 --set log.metrics="$work/m.jsonl" --set checkpoint.dir="$work/ck" \
+  >/dev/null 2>&1 || { echo "FAIL: eval with a training config's outputs"; failures=$((failures + 1)); }
+cmp -s "$work/m.jsonl" "$work/m_keep.jsonl" || { echo "FAIL: eval changed log.metrics"; failures=$((failures + 1)); }
 # --init-from gives the model, to plan as to train: a folder that is not there is an error, and a
 # --set of a model key that contradicts its config.json is one too (it was dropped in silence).
 "$strata" train --set train.steps=1 --set eval.batches=0 --set log.metrics= --out "$work/hf" \
