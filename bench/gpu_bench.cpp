@@ -379,6 +379,8 @@ Config train_config(const GpuBenchOptions& o) {
   c.eval.batches = 0;
   c.log.every = 1000000;
   for (const auto& kv : o.train_overrides) apply_override(c, kv);
+  c.checkpoint.dir.clear();  // a benchmark saves nothing and logs no metrics file
+  c.log.metrics.clear();
   validate(c);
   return c;
 }

@@ -74,6 +74,8 @@ nlohmann::json run_pipeline_bench(const PipelineBenchOptions& o) {
       fail("bench::pipeline", str("schedule '", sched, "'"), "schedules: 1f1b, gpipe");
     for (int m : o.micro_batches) {
       Config cfg = base;
+      cfg.checkpoint.dir.clear();  // a benchmark saves nothing and logs no metrics file
+      cfg.log.metrics.clear();
       cfg.parallel.pp_schedule = sched == "gpipe" ? PipelineSchedule::gpipe : PipelineSchedule::one_f_one_b;
       cfg.train.grad_accum = m;
       cfg.log.trace = str(trace_dir, "/strata-bench-pipeline-", sched, "-", m, "-", job, ".json");

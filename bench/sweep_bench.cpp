@@ -159,6 +159,7 @@ nlohmann::json run_sweep(Communicator& world, const SweepOptions& o) {
     c.eval.batches = 0;
     c.log.metrics.clear();
     c.log.trace.clear();
+    c.checkpoint.dir.clear();  // runs of one config: none saves
     validate(c);
     std::vector<double> step, compute, wait_comm, wait_io, optim, uwait, tps, h2d, d2h, nr, nw, comm;
     std::vector<double> cores, steal;  // the steps' CPU time (StepRecord::cpu)

@@ -49,6 +49,8 @@ nlohmann::json run_train_bench(const TrainBenchOptions& o) {
     step_ms.push_back(r.step_ms);
   };
   cfg.eval.batches = 0;
+  cfg.checkpoint.dir.clear();  // a benchmark saves nothing and logs no metrics file
+  cfg.log.metrics.clear();
   TrainSummary s;
   int64_t params;
   double flops_per_token;
@@ -148,6 +150,8 @@ nlohmann::json run_train_layouts_bench(const TrainBenchOptions& o,
     cfg.parallel.tp = tp;
     cfg.parallel.dp = dp;
     cfg.eval.batches = 0;
+    cfg.checkpoint.dir.clear();  // a benchmark saves nothing and logs no metrics file
+    cfg.log.metrics.clear();
     cfg.log.trace = str(trace_dir, "/strata-bench-", layout, "-", getpid(), ".json");
     TrainerOptions topt;
     topt.progress = false;
