@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/size.h"
 #include "core/trace.h"
+#include "engine/config.h"
 
 namespace strata::app {
 namespace {
@@ -39,6 +40,16 @@ void run(const BenchIoArgs& a) {
   o.pages = a.no_huge_pages ? "none" : a.pages;
   o.register_buffers = !a.no_register;
   o.update = a.pattern == "update";
+  // The engine's rules for these settings (engine/config.cpp's validate): the block a multiple
+  // of 4096, the stripe of the block (the sweep varies the block), each folder once.
+  Config rules;
+  rules.offload.nvme_path = o.dirs;
+  if (!a.sweep) rules.io.block_size = o.block_bytes;
+  if (!a.sweep) rules.io.stripe_size = o.stripe_bytes;
+  rules.io.queue_depth = a.qd;
+  rules.io.submit_batch = a.submit_batch;
+  rules.io.backend = a.backend;
+  validate(rules);
   nlohmann::json result;
   if (a.sweep && o.update)
     fail("bench::io", "--sweep runs the sequential pattern only", "drop --pattern update or --sweep");
@@ -92,6 +103,7 @@ void register_bench_io(CLI::App& bench) {
       ->capture_default_str();
   cmd->add_flag("--sweep", args->sweep, "sweep block sizes 128K..8M and depths 1..64");
   cmd->add_option("--seconds", args->seconds, "sweep: time cap per phase and point")
+      ->check(CLI::Range(0.01, 3600.0))
       ->capture_default_str();
   cmd->add_option("--pages", args->pages,
                   "staging pages: auto (explicit huge pages when reserved, else transparent huge "
