@@ -1246,7 +1246,7 @@ TrainSummary Trainer::train() {
   // A stopped run ends as soon as its checkpoint is committed: no evaluation of its own.
   if (m.cfg.eval.batches > 0 && !s.stopped_by) {
     s.eval_loss = m.last_eval_step == m.steps_done ? m.last_eval_loss : m.evaluate();
-    s.stopped_by = m.stopped_by;  // a stop during the final evaluation: no eval loss, no --out
+    s.stopped_by = m.stopped_by;  // a stop in the final evaluation: no eval loss (every step ran)
   }
   if (s.eval_loss >= 0 && (s.best_eval_step < 0 || s.eval_loss < s.best_eval_loss)) {
     s.best_eval_loss = s.eval_loss;

@@ -79,11 +79,13 @@ struct TrainerOptions {
   // End the run after this step (> 0), as an interruption would — after saving it when
   // checkpoint.dir is set; the LR schedule still spans train.steps. 0: run to train.steps.
   int64_t stop_after = 0;
-  // Polled on every rank after every step: 0 to go on, or a positive reason (apps/strata: the
-  // number of a SIGTERM, SIGINT or SIGUSR1 that arrived). When it is positive on any rank, every
-  // rank ends the run after that same step, saved like stop_after's when checkpoint.dir is set,
-  // and TrainSummary::stopped_by is the largest reason over the ranks. Agreeing costs one 8-byte
-  // all-reduce over the world per step (none on one rank). Empty: never polled.
+  // Polled on every rank after every step and before every evaluation round: 0 to go on, or a
+  // positive reason (apps/strata: the number of a SIGTERM, SIGINT or SIGUSR1 that arrived). When
+  // it is positive on any rank, every rank ends the run after that same step (an evaluation in
+  // progress ends there and reports no loss), saved like stop_after's when checkpoint.dir is
+  // set, and TrainSummary::stopped_by is the largest reason over the ranks. Agreeing costs one
+  // 8-byte all-reduce over the world per poll (none on one rank). Empty: never polled. Set it on
+  // every rank or on none: the polls are collective.
   std::function<int()> stop_requested;
   double peak_flops = 0;        // denominator of MFU; 0 = no MFU
   bool progress = true;         // progress line / log lines on stderr (rank 0)
