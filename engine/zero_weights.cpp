@@ -7,6 +7,7 @@
 // only master weights, the compute copy and (read-only) gradients.
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <map>
 #include <memory>
 
@@ -128,6 +129,9 @@ void ZeroEngine::Impl::save(const std::string& dir, DType dtype, const std::stri
   std::unique_ptr<SafetensorsWriter> writer;
   const bool writes = dp_.rank() == 0 && (!tp_ || tp_->rank() == 0);
   if (writes) {
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) fail("zero::save", str("cannot create '", dir, "': ", ec.message()));
     writer = std::make_unique<SafetensorsWriter>(dir + "/" + file, infos,
                                                  std::map<std::string, std::string>{{"format", "pt"}});
   }
