@@ -471,8 +471,10 @@ CheckpointDirClaim::CheckpointDirClaim(const std::string& root, int64_t start_st
                       holder.empty() ? std::string("its lock: ") + lock : holder, ")"),
            "two runs in one checkpoint.dir overwrite each other's step_N: give this run "
            "another folder, or stop the other run");
-    fail(where, str("cannot lock '", lock, "': ", std::strerror(err)),
-         "checkpoint.dir needs a file system with flock (NFSv4, a local disk)");
+    // A file system without locks (NFSv3 without lockd: ENOLCK) can still hold checkpoints.
+    log_warn("checkpoint", "cannot lock '", lock, "' (", std::strerror(err), "): a second run "
+             "saving into '", root, "' would not be noticed");
+    return;
   }
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);

@@ -149,7 +149,8 @@ CheckpointManifest read_manifest(const std::string& step_dir);
 //   them would interleave two runs' steps, and a later --resume ROOT would pick theirs;
 // - hold_lock (rank 0 of the job) and another process holds ROOT/.lock: two runs saving into one
 //   folder overwrite each other's step_N. The lock (flock) goes with the process, a crashed
-//   run's too; .lock names the holder's pid and host.
+//   run's too; .lock names the holder's pid and host. A file system without locks (ENOLCK) only
+//   gets a warning.
 // Creates ROOT when missing.
 class CheckpointDirClaim {
  public:
