@@ -108,6 +108,7 @@ nlohmann::json run_checkpoint_bench(const CheckpointBenchOptions& o) {
     ropt.resume = root;
     Config rcfg = cfg;
     rcfg.checkpoint.dir.clear();
+    rcfg.train.steps = cfg.train.steps + 1;  // one left to train (it is never trained)
     Trainer resumed(rcfg, *world, ropt);
   }
   const double resume_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();

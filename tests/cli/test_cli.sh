@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The command line on bad input: every case must exit with status 1 (an Error, not a crash or
-# an abort) and print a one-line "strata: error: [component::op] ..." naming what is wrong.
+# an abort) and print a one-line "strata: error: [component::op] ..." naming what is wrong. (One
+# case at the end must succeed: bench checkpoint, which no other test runs.)
 # Usage: test_cli.sh STRATA_BINARY WORK_DIR
 set -u
 strata=$1
@@ -96,6 +97,17 @@ mkdir -p "$work/hf3"
 cp "$work/hf/model.safetensors" "$work/hf3/"
 sed 's/"num_hidden_layers": 4/"num_hidden_layers": 3/' "$work/hf/config.json" >"$work/hf3/config.json"
 expect_error "model.layers.3."    train --init-from "$work/hf3" --set train.steps=1
+
+# And one command that must succeed: bench checkpoint saves, then times a resume of what it saved
+# (a resume with nothing left to train is refused, so it resumes with one step to go).
+tiny=(--set model.dim=64 --set model.n_layers=2 --set model.ffn_dim=128 --set model.n_heads=4
+      --set model.n_kv_heads=4)
+if out=$("$strata" bench checkpoint --dir "$work/bench_ck" "${tiny[@]}" 2>&1); then
+  echo "ok: strata bench checkpoint -> $(tail -n 1 <<<"$out")"
+else
+  echo "FAIL: strata bench checkpoint: $out"
+  failures=$((failures + 1))
+fi
 
 if [ $failures -ne 0 ]; then
   echo "$failures case(s) failed"
