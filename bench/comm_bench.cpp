@@ -4,8 +4,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 
+#include "core/cpu.h"
 #include "core/error.h"
+#include "core/size.h"
 #include "comm/comm.h"
 #include "kernels/device.h"
 
@@ -93,7 +96,21 @@ double max_over_ranks(Communicator& c, Stream& s, double v) {
 nlohmann::json run_comm_bench(Communicator& world, const CommBenchOptions& o) {
   if (o.step_factor < 2) fail("bench::comm", str("--step-factor ", o.step_factor, " must be at least 2"));
   if (o.min_bytes < 4 || o.max_bytes < o.min_bytes)
-    fail("bench::comm", str("sizes ", o.min_bytes, "..", o.max_bytes, " are not a valid range"));
+    fail("bench::comm", str("sizes ", o.min_bytes, "..", o.max_bytes, " are not a valid range"),
+         "--min is at least 4 bytes (one float) and --max at least --min");
+  // Memory before the first collective: every rank of this machine holds the largest size's
+  // send and receive buffers at once (an all-gather's receive is the whole size).
+  uint64_t largest = o.min_bytes;
+  while (largest <= o.max_bytes / uint64_t(o.step_factor)) largest *= uint64_t(o.step_factor);
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  const uint64_t here = local ? uint64_t(std::max(1, std::atoi(local))) : uint64_t(world.size());
+  const uint64_t need = (largest / 4 + largest / 4 / uint64_t(world.size()) + 1) * 4 * here;
+  if (need + (uint64_t{1} << 30) > available_memory_bytes())
+    fail("bench::comm",
+         str("--max ", format_bytes(o.max_bytes), " needs ", format_bytes(need), " on this machine (",
+             here, " rank(s), send and receive buffers of ", format_bytes(largest), "), and ",
+             format_bytes(available_memory_bytes()), " is available"),
+         "lower --max");
   auto device = make_device(DeviceKind::cpu);
   auto stream = device->make_stream("comm");
   const int n = world.size(), r = world.rank();

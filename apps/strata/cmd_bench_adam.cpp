@@ -28,6 +28,7 @@ void register_bench_adam(CLI::App& bench) {
       ->check(CLI::IsMember({"auto", "scalar", "avx2", "avx512"}))
       ->capture_default_str();
   cmd->add_option("--threads", args->options.threads, "oneTBB threads (0: the process's limit)")
+      ->check(CLI::Range(0, 4096))
       ->capture_default_str();
   cmd->add_option("--repeats", args->options.repeats,
                   "timed repetitions of each kernel; the best is reported")

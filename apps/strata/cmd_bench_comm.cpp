@@ -22,7 +22,9 @@ void register_bench_comm(CLI::App& bench) {
   cmd->add_option("--min", args->min, "smallest size")->capture_default_str();
   cmd->add_option("--max", args->max, "largest size")->capture_default_str();
   cmd->add_option("--step-factor", args->options.step_factor, "size multiplier")->capture_default_str();
-  cmd->add_option("--iters", args->options.iters, "timed calls per size (0: ~0.2 s)")->capture_default_str();
+  cmd->add_option("--iters", args->options.iters, "timed calls per size (0: ~0.2 s)")
+      ->check(CLI::Range(0, 1000000))
+      ->capture_default_str();
   cmd->add_flag("--json", args->json, "print one JSON object on stdout");
   cmd->callback([args] {
     args->options.min_bytes = parse_bytes(args->min, "--min");

@@ -24,9 +24,11 @@ void register_bench_gemm(CLI::App& bench) {
   cmd->add_option("--k", args->options.k, "columns of a and b (the reduction)")
       ->capture_default_str();
   cmd->add_option("--threads", args->options.threads, "threads (0: the process's oneTBB limit)")
+      ->check(CLI::Range(0, 4096))
       ->capture_default_str();
   cmd->add_option("--seconds", args->options.min_seconds,
                   "time each path at least this long (and at least 3 calls)")
+      ->check(CLI::Range(0.0, 3600.0))
       ->capture_default_str();
   cmd->add_flag("--json", args->json, "print one JSON object on stdout");
   cmd->callback([args] {

@@ -90,7 +90,9 @@ void register_bench_gpu(CLI::App& bench) {
   cmd->add_option("--adam-steps", args->options.adam_steps, "steps of the bit-for-bit AdamW validation")
       ->capture_default_str();
   cmd->add_option("--copy-bytes", args->copy_bytes, "bytes of the device and pinned copies")->capture_default_str();
-  cmd->add_option("--seconds", args->options.min_seconds, "time of each measurement")->capture_default_str();
+  cmd->add_option("--seconds", args->options.min_seconds, "time of each measurement")
+      ->check(CLI::Range(0.0, 3600.0))
+      ->capture_default_str();
   cmd->add_flag("--no-train", args->no_train, "skip the training runs");
   cmd->add_option("--train-config", args->options.train_config, "TOML config of the training runs");
   cmd->add_option("--train-set", args->options.train_overrides, "override for the training runs: section.key=value")

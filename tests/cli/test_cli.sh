@@ -62,6 +62,8 @@ expect_error "for the rate cache" plan --auto --rates "$work/a_file/no/such/rate
 expect_error "--out"              bench sweep --out "$work/no/such/folder/p"
 # The update pattern is not swept (and nothing is written: the check comes first).
 expect_error "drop --pattern update" bench io --dir "$work/io" --sweep --pattern update
+# bench comm checks its largest buffers against the memory before allocating them.
+expect_error "lower --max"        bench comm --min 1K --max 1T
 # bench io keeps the engine's rules for its settings.
 expect_error "io.stripe_size"     bench io --dir "$work/io" --block 8K --stripe 4K
 expect_error "twice"              bench io --dir "$work/io" --dir "$work/io"
