@@ -5,11 +5,13 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <thread>
 
 #include "bench/rate_probe.h"
 #include "core/cpu.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "engine/checkpoint.h"
 #include "engine/safetensors.h"
 #include "engine/test_hooks.h"
@@ -57,10 +59,29 @@ Config load_for_resume(const ConfigArgs& args, const std::string& resume) {
   if (!args.init_from.empty())
     fail("train::resume", "--init-from and --resume both give the starting weights",
          "drop --init-from: a resumed run continues from the checkpoint's weights and optimizer state");
-  if (!args.config_path.empty()) return load_config(args.config_path, args.sets);
   const std::string dir = resolve_checkpoint(resume);
+  bool dir_set = false;  // checkpoint.dir given with --set
+  for (const std::string& set : args.sets) {
+    std::string key = set.substr(0, set.find('='));
+    key.erase(0, key.find_first_not_of(" \t"));
+    key.erase(key.find_last_not_of(" \t") + 1);
+    dir_set = dir_set || key == "checkpoint.dir";
+  }
+  if (!args.config_path.empty()) {
+    Config c = load_config(args.config_path, args.sets);
+    if (c.checkpoint.dir.empty())
+      log_warn("train", "--config ", args.config_path, " has no checkpoint.dir: this resumed run "
+               "saves no checkpoints (--set checkpoint.dir=",
+               std::filesystem::path(dir).parent_path().string(),
+               " goes on saving where it was resumed from)");
+    return c;
+  }
   const CheckpointManifest m = read_manifest(dir);
-  return parse_config(m.config_toml, dir + "/manifest.json (config_toml)", args.sets);
+  Config c = parse_config(m.config_toml, dir + "/manifest.json (config_toml)", args.sets);
+  // The run goes on saving where it was resumed from: the manifest's checkpoint.dir may be
+  // relative to another working directory, or the folder a copy of this one.
+  if (!dir_set) c.checkpoint.dir = std::filesystem::path(dir).parent_path().string();
+  return c;
 }
 
 PlanMachine plan_machine(const Config& cfg, int ranks) {

@@ -81,6 +81,18 @@ expect_error "an input"           report "$work/m.jsonl" --out "$work/m.jsonl"
   --set checkpoint.dir="$work/ck" --set checkpoint.every=2 >/dev/null 2>&1 ||
   { echo "FAIL: the run to resume did not run"; failures=$((failures + 1)); }
 expect_error "nothing is left to train" train --resume "$work/ck"
+# A resumed run goes on saving where it was resumed from: a copy of the folder, resumed from
+# another working directory, gets the new step (not the original, not the working directory).
+cp -r "$work/ck" "$work/ck_copy"
+mkdir -p "$work/elsewhere"
+(cd "$work/elsewhere" && "$strata" train --resume ../ck_copy --set train.steps=3 --set log.metrics= \
+  >/dev/null 2>&1) || { echo "FAIL: the resume of a copied folder"; failures=$((failures + 1)); }
+if [ -d "$work/ck_copy/step_3" ] && [ ! -e "$work/ck/step_3" ] && [ -z "$(ls "$work/elsewhere")" ]; then
+  echo "ok: a resumed run saves into the folder it was resumed from"
+else
+  echo "FAIL: a resume of ck_copy saved elsewhere: $(ls "$work/ck" "$work/ck_copy" "$work/elsewhere")"
+  failures=$((failures + 1))
+fi
 # eval writes none of a run's files: a training config's metrics file and checkpoint folder stay.
 cp "$work/m.jsonl" "$work/m_keep.jsonl"
 "$strata" eval --set eval.batches=1 --set log.metrics="$work/m.jsonl" --set checkpoint.dir="$work/ck" \
