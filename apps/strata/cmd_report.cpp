@@ -4,6 +4,7 @@
 // Lines that are not metrics are skipped and counted (a note on stderr); nothing is written
 // unless every file has a usable line and both destinations can be written.
 #include <cstdio>
+#include <filesystem>
 
 #include "apps/strata/commands.h"
 #include "core/error.h"
@@ -33,6 +34,12 @@ void register_report(CLI::App& app) {
            "give one --label per file, in the order of the files, or none");
     report::check_output(args->out, "--out");
     if (!args->csv.empty()) report::check_output(args->csv, "--csv");
+    std::error_code ec;
+    namespace fs = std::filesystem;
+    if (!args->csv.empty() && fs::weakly_canonical(args->out, ec) == fs::weakly_canonical(args->csv, ec))
+      fail("report::args", str("--csv '", args->csv, "' is --out '", args->out, "': the table would "
+                               "replace the chart"),
+           "give --csv another path");
     for (const std::string& in : args->files) {
       fileutil::check_not_an_input(args->out, "--out", in, "the metrics file", "report::args");
       fileutil::check_not_an_input(args->csv, "--csv", in, "the metrics file", "report::args");

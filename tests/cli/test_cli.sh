@@ -76,6 +76,7 @@ expect_error "log.trace"          train --set log.trace="$work/no/such/folder/t.
 expect_error "is a file, not a folder" train --out "$work/a_file"
 printf '{"step": 1, "loss": 5.5}\n' >"$work/m.jsonl"
 expect_error "an input"           report "$work/m.jsonl" --out "$work/m.jsonl"
+expect_error "replace the chart"  report "$work/m.jsonl" --out "$work/r.svg" --csv "$work/./r.svg"
 # A resume with nothing left to train (train.steps at or below the checkpoint's step).
 "$strata" train --set train.steps=2 --set eval.batches=0 --set log.metrics= \
   --set checkpoint.dir="$work/ck" --set checkpoint.every=2 >/dev/null 2>&1 ||
