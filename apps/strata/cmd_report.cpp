@@ -36,9 +36,11 @@ void register_report(CLI::App& app) {
     if (!args->csv.empty()) report::check_output(args->csv, "--csv");
     std::error_code ec;
     namespace fs = std::filesystem;
-    if (!args->csv.empty() && fs::weakly_canonical(args->out, ec) == fs::weakly_canonical(args->csv, ec))
-      fail("report::args", str("--csv '", args->csv, "' is --out '", args->out, "': the table would "
-                               "replace the chart"),
+    if (!args->csv.empty() &&
+        fs::weakly_canonical(args->out, ec) == fs::weakly_canonical(args->csv, ec))
+      fail("report::args",
+           str("--csv '", args->csv, "' is --out '", args->out, "': the table would replace the "
+               "chart"),
            "give --csv another path");
     for (const std::string& in : args->files) {
       fileutil::check_not_an_input(args->out, "--out", in, "the metrics file", "report::args");
