@@ -1,8 +1,12 @@
 // engine/trainer.cpp — the training loop of engine/trainer.h.
 #include "engine/trainer.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -118,6 +122,47 @@ std::map<std::string, std::string> config_lines(const std::string& text) {
   return out;
 }
 
+// A fingerprint of the weights under an --init-from path (a .safetensors file, or every one in a
+// folder): each file's name, size and xxHash64 of its first 64 KiB (the header) and of 64 pieces
+// of 4 KiB spread over it. Ranks whose weights differ in any of those (another model, another
+// fine-tune of the same shapes) tell apart without reading the whole file.
+std::string weights_fingerprint(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> files;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    for (const auto& e : fs::directory_iterator(path, ec))
+      if (e.path().extension() == ".safetensors") files.push_back(e.path().string());
+  } else {
+    files.push_back(path);
+  }
+  std::sort(files.begin(), files.end());
+  XXH64_state_t* h = XXH64_createState();
+  XXH64_reset(h, 0);
+  std::vector<char> buf(size_t{64} << 10);
+  for (const std::string& f : files) {
+    const std::string name = fs::path(f).filename().string();
+    XXH64_update(h, name.data(), name.size());
+    const int fd = ::open(f.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;  // the loader names what cannot be read
+    struct stat st {};
+    ::fstat(fd, &st);
+    const uint64_t size = uint64_t(st.st_size);
+    XXH64_update(h, &size, sizeof size);
+    auto take = [&](uint64_t at, size_t n) {
+      const ssize_t got = ::pread(fd, buf.data(), std::min<uint64_t>(n, size - std::min(at, size)),
+                                  off_t(at));
+      if (got > 0) XXH64_update(h, buf.data(), size_t(got));
+    };
+    take(0, buf.size());
+    for (uint64_t i = 0; i < 64; ++i) take(size / 64 * i, 4096);
+    ::close(fd);
+  }
+  const uint64_t d = XXH64_digest(h);
+  XXH64_freeState(h);
+  return str(files.size(), " file(s), xxh64 ", hash_hex(d));
+}
+
 // The rank's index among the ranks of its machine, as Open MPI, MPICH (Hydra) or Slurm set it;
 // 0 without any of them.
 int local_rank() {
@@ -133,7 +178,8 @@ int training_cuda_ordinal() {
   return gpus > 0 ? local_rank() % gpus : 0;  // one GPU per rank on each machine
 }
 
-void check_same_config_on_every_rank(const Config& config, Communicator& world) {
+void check_same_config_on_every_rank(const Config& config, Communicator& world,
+                                     const std::map<std::string, std::string>& start) {
   if (world.size() == 1) return;
   auto dev = make_device(DeviceKind::cpu);
   auto stream = dev->make_stream("config check");
@@ -146,7 +192,11 @@ void check_same_config_on_every_rank(const Config& config, Communicator& world) 
     world.broadcast(*stream, text.data(), text.size(), CommType::u8, root);
     stream->synchronize();
   };
-  const auto b = comparable_config(config);
+  const auto b = [&] {
+    auto keys = comparable_config(config);
+    keys.insert(start.begin(), start.end());
+    return keys;
+  }();
   const std::string mine = config_text(b);
   std::string lead = mine;
   broadcast_text(lead, 0);
@@ -184,9 +234,9 @@ void check_same_config_on_every_rank(const Config& config, Communicator& world) 
        str("rank ", first, " of ", world.size(),
            " runs with a configuration that differs from rank 0's: ", differences,
            count > 1 ? str(" (", count - 1, " other rank(s) differ too)") : ""),
-       "every rank must run the same configuration: the same config file and --set options on "
-       "every node (only offload.nvme_path, train.threads, io.* and log.metrics / log.trace may "
-       "differ)");
+       "every rank must run the same configuration, from the same --resume checkpoint or "
+       "--init-from weights: the same config file and options on every node (only "
+       "offload.nvme_path, train.threads, io.* and log.metrics / log.trace may differ)");
 }
 
 struct Trainer::Impl {
@@ -323,7 +373,13 @@ struct Trainer::Impl {
     // Before the first collective that depends on the config (the mesh's splits), and after
     // --init-from's model is read: the ranks compare what they will train (each may read the
     // model from a folder of its own, a node-local copy).
-    check_same_config_on_every_rank(cfg, world);
+    std::map<std::string, std::string> start;  // what the ranks start from must agree too
+    if (!resume_dir.empty())
+      start["--resume"] = str("step ", resume_manifest.step, ", manifest xxh64 ",
+                              hash_hex(checkpoint_file_hash(resume_dir + "/manifest.json")));
+    else if (!opt.init_from.empty())
+      start["--init-from"] = str("weights fingerprint ", weights_fingerprint(opt.init_from));
+    check_same_config_on_every_rank(cfg, world, start);
     mesh = make_mesh(world, cfg.parallel.dp, cfg.parallel.tp, cfg.parallel.pp);
     dpc = mesh.dp_comm.get();
     rank = mesh.dp_index;

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -113,8 +114,12 @@ struct TrainerOptions {
 // the same Error naming the first such rank, its differing keys and both values. Keys that only
 // describe a rank's own machine may differ: offload.nvme_path, train.threads, io.*, log.metrics
 // and log.trace. (Paths given outside the config, --init-from and --resume, may differ too: the
-// trainer compares the model --init-from's folder describes.)
-void check_same_config_on_every_rank(const Config& config, Communicator& world);
+// trainer compares what they hold — the model --init-from's folder describes and a fingerprint of
+// its weights, the --resume checkpoint's step and manifest hash — through `start`.)
+// `start`: what the ranks start from ("--resume": the checkpoint's step and manifest hash,
+// "--init-from": a fingerprint of the weights), compared like keys.
+void check_same_config_on_every_rank(const Config& config, Communicator& world,
+                                     const std::map<std::string, std::string>& start = {});
 
 // The CUDA device a rank trains on: its index among the ranks of its machine (Open MPI's, MPICH's
 // or Slurm's local rank; 0 without one) modulo the machine's GPUs. 0 when there is none.

@@ -8,8 +8,8 @@
 #   3. rank 1 stops responding before step 2 (STRATA_FAULT=rank=1,step=2,fault=hang): rank 0's
 #      watchdog must end the job after parallel.timeout (3 s here), naming the collective, the
 #      step and rank 1 as the rank that did not arrive;
-#   4. a configuration that differs on rank 1 (a --set given to it alone): refused at start-up on
-#      every rank, naming the key and both values;
+#   4. a configuration that differs on rank 1 (a --set given to it alone), or weights that differ
+#      (--init-from another folder): refused at start-up on every rank, naming both values;
 #   5, 6. cases 2 and 3 with two pipeline stages (parallel.pp = 2), where the ranks also meet in
 #      point-to-point transfers: rank 1's read error must name rank 1's own swap file, and rank
 #      0's watchdog the transfer with rank 1 it waits in;
@@ -99,6 +99,14 @@ unset STRATA_FAULT
 run_case config_differs_on_rank1 20 "\[train::config\] rank 1 of 2 runs with a configuration" \
   "train.lr = 0.001 (rank 0: 0.003)" -- \
   train "${small[@]}" : train "${small[@]}" --set train.lr=1e-3
+
+# Weights that differ on rank 1 (--init-from another export of the same shapes) are refused at
+# start-up the same way: its shard would be another model's.
+"$strata" train "${small[@]}" --set train.steps=1 --set log.metrics= --out "$work/hf_a" >/dev/null 2>&1
+"$strata" train "${small[@]}" --set train.steps=1 --set log.metrics= --set train.seed=7 \
+  --out "$work/hf_b" >/dev/null 2>&1
+run_case init_from_differs_on_rank1 20 "\[train::config\] rank 1 of 2" "\--init-from = weights" -- \
+  train "${small[@]}" --init-from "$work/hf_a" : train "${small[@]}" --init-from "$work/hf_b"
 
 # Two stages, one rank each, four micro-batches a step (the 1F1B schedule has sends and receives
 # in flight both ways).
