@@ -975,6 +975,19 @@ struct Trainer::Impl {
     zero->load_checkpoint(resume_dir, m);
     steps_done = m.step;
     windows_done = m.windows_consumed;
+    // The data goes on from the window the checkpoint stopped at; with another global batch the
+    // run reads other windows per step than the uninterrupted run would (allowed, and said).
+    const nlohmann::json& saved = m.config;
+    if (world.rank() == 0 && saved.contains("data") && saved.contains("train")) {
+      const int64_t before = saved["data"].value("micro_batch", 0) *
+                             int64_t(saved["train"].value("grad_accum", 0)) * m.dp;
+      const int64_t now = int64_t(cfg.data.micro_batch) * cfg.train.grad_accum * dp;
+      if (before > 0 && before != now)
+        log_warn("checkpoint", "the global batch is ", now, " sequences (micro_batch ",
+                 cfg.data.micro_batch, " x grad_accum ", cfg.train.grad_accum, " x dp ", dp,
+                 "); the checkpoint was trained with ", before, ": each step now reads ", now,
+                 " windows, and the steps left are the same number");
+    }
     if (world.rank() == 0)
       log_info("checkpoint", "resuming from ", resume_dir, " (step ", m.step, ", written by ", m.world,
                " rank(s): pp ", m.pp, " x dp ", m.dp, " x tp ", m.tp, "); training continues to step ",
