@@ -1099,15 +1099,20 @@ void validate(const Config& c) {
              " is not a multiple of io.block_size = ", format_bytes(c.io.block_size)));
 
   const ParallelConfig& p = c.parallel;
-  if (m.n_heads % p.tp != 0 || m.ffn_dim % p.tp != 0 ||
-      (m.n_kv_heads % p.tp != 0 && p.tp % m.n_kv_heads != 0) || m.vocab_size < p.tp)
+  auto tp_fits = [&](int tp) {
+    return m.n_heads % tp == 0 && m.ffn_dim % tp == 0 &&
+           (m.n_kv_heads % tp == 0 || tp % m.n_kv_heads == 0) && m.vocab_size >= tp;
+  };
+  if (!tp_fits(p.tp)) {
+    std::string allowed;
+    for (int tp = 1; tp <= m.n_heads; ++tp)
+      if (tp_fits(tp)) allowed += str(allowed.empty() ? "" : ", ", tp);
     fail(kWhere,
          str("parallel.tp = ", p.tp, " must divide model.n_heads = ", m.n_heads,
              " and model.ffn_dim = ", m.ffn_dim, ", divide model.n_kv_heads = ", m.n_kv_heads,
              " or be a multiple of it, and not exceed model.vocab_size = ", m.vocab_size),
-         str("allowed parallel.tp: divisors of n_heads ", m.n_heads, ": ",
-             divisors_text(m.n_heads), " that also divide ffn_dim and divide or are multiples "
-             "of n_kv_heads"));
+         str("allowed parallel.tp for this model: ", allowed));
+  }
   if (p.sequence_parallel && (int64_t(c.data.micro_batch) * c.data.seq_len) % p.tp != 0)
     fail(kWhere,
          str("parallel.sequence_parallel splits the ", int64_t(c.data.micro_batch) * c.data.seq_len,

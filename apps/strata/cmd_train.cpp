@@ -102,7 +102,7 @@ void check_out(const TrainArgs& a, const Config& cfg) {
           std::pair{a.config.init_from.empty() ? std::string()
                                                : (fs::path(a.config.init_from) / file).string(),
                     "--init-from"}})
-      fileutil::check_not_an_input(out, str("--out's ", file), in, in_key, where);
+      fileutil::check_not_an_input(out, "--out", in, in_key, where);
   }
 }
 
