@@ -162,8 +162,12 @@ CheckpointManifest CheckpointManifest::from_json(const nlohmann::json& j, const 
     m.dp = whole<int>(mesh.at("dp"), "\"dp\"", where);
     m.tp = whole<int>(mesh.at("tp"), "\"tp\"", where);
     m.pp = whole<int>(mesh.at("pp"), "\"pp\"", where);
-    if (m.world < 1 || m.dp < 1 || m.tp < 1 || m.pp < 1 || int64_t(m.dp) * m.tp * m.pp != m.world)
-      bad_manifest(where, str("mesh world ", m.world, " is not dp ", m.dp, " x tp ", m.tp, " x pp ", m.pp));
+    if (m.world < 1 || m.dp < 1 || m.tp < 1 || m.pp < 1)
+      bad_manifest(where, str("mesh sizes world ", m.world, ", dp ", m.dp, ", tp ", m.tp, ", pp ",
+                              m.pp, ": each is at least 1"));
+    if (int64_t(m.dp) * m.tp * m.pp != m.world)
+      bad_manifest(where, str("mesh world ", m.world, " is not dp ", m.dp, " x tp ", m.tp, " x pp ",
+                              m.pp));
     // Version 1 stored each rank's tensor-parallel slice in local coordinates: with tp > 1 its
     // pieces do not describe the tensors.
     if (m.version == 1 && m.tp > 1)

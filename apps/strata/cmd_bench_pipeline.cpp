@@ -24,6 +24,7 @@ void register_bench_pipeline(CLI::App& bench) {
   cmd->add_option("--set,-s", args->options.overrides, "override: --set section.key=value")->take_all();
   cmd->add_option("--micro", args->options.micro_batches, "micro-batches per step to measure")
       ->delimiter(',')
+      ->check(CLI::Range(1, 4096))
       ->capture_default_str();
   cmd->add_option("--schedules", args->options.schedules, "schedules: 1f1b, gpipe")
       ->delimiter(',')

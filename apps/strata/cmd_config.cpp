@@ -32,9 +32,11 @@ void register_config(CLI::App& app) {
   cmd->add_option("--config,-c", args->config_path, "TOML config file (default: built-in defaults)");
   cmd->add_option("--set,-s", args->sets, "override one key: --set section.key=value (repeatable)")
       ->take_all();
-  cmd->add_flag("--markdown", args->markdown,
-                "print the reference of every key (type, default, meaning): docs/config.md");
-  cmd->add_flag("--json", args->json, "print the effective configuration as JSON");
+  CLI::Option* markdown =
+      cmd->add_flag("--markdown", args->markdown,
+                    "print the reference of every key (type, default, meaning): docs/config.md");
+  cmd->add_flag("--json", args->json, "print the effective configuration as JSON")
+      ->excludes(markdown);
   cmd->callback([args] {
     if (args->markdown) {
       std::fputs(config_reference_markdown().c_str(), stdout);
