@@ -955,6 +955,10 @@ void validate_rope(const ModelConfig& m) {
 
 // ---------------------------------------------------------------------------------------------
 
+std::string override_key(std::string_view assignment) {
+  return std::string(trim(assignment.substr(0, assignment.find('='))));
+}
+
 void apply_override(Config& config, std::string_view assignment) {
   constexpr std::string_view kWhere = "config::set";
   std::string origin = str("--set ", assignment);

@@ -185,6 +185,8 @@ Config parse_config(std::string_view toml_text, const std::string& origin,
                     const std::vector<std::string>& overrides);
 // Applies one "section.key=value" (value parsed by the key's type; sizes accept "2G").
 void apply_override(Config& config, std::string_view assignment);
+// The key an assignment sets, as apply_override reads it: "model.dim" of " model.dim = 64".
+std::string override_key(std::string_view assignment);
 // Impossible combinations, ranges, shapes (heads dividing dim, kv heads dividing heads, ...).
 void validate(const Config& config);
 // The whole config as TOML (loadable by load_config) and as JSON (for manifests and metrics).

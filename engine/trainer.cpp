@@ -300,6 +300,7 @@ struct Trainer::Impl {
   std::string resume_dir;
   CheckpointManifest resume_manifest;
   std::unique_ptr<Communicator> ckpt_comm;
+  std::string trace_path;  // log.trace of this rank (rank r > 0: PATH.rank<r>); empty: none
   std::unique_ptr<CheckpointDirClaim> ckpt_claim;  // before the writer: released after it
   std::unique_ptr<CheckpointWriter> writer;
   std::vector<CheckpointPiece> ckpt_pieces;  // rank 0: the manifest's pieces, built at the first save
@@ -342,9 +343,9 @@ struct Trainer::Impl {
     }
     // Outputs that are written late are checked now, and none may be an input: a metrics file
     // opened with truncation, or a trace renamed over it, would destroy data.path.
-    const std::string trace_path =
-        world.rank() > 0 && !cfg.log.trace.empty() ? str(cfg.log.trace, ".rank", world.rank())
-                                                   : cfg.log.trace;
+    trace_path = world.rank() > 0 && !cfg.log.trace.empty()
+                     ? str(cfg.log.trace, ".rank", world.rank())
+                     : cfg.log.trace;
     if (!trace_path.empty()) fileutil::check_output_file(trace_path, "log.trace", "train::trace");
     for (const auto& [out, out_key] : {std::pair{cfg.log.metrics, "log.metrics"},
                                        std::pair{trace_path, "log.trace"}})
@@ -1011,24 +1012,22 @@ struct Trainer::Impl {
     return uint64_t(h[0]);
   }
 
-  // Tracing covers steps 2..4 (after the warm-up step); the file is written after step 4 or at
-  // the last step. Rank r > 0 writes PATH.rank<r>.
+  // Tracing covers steps 2..4 (after the warm-up step); the file (trace_path) is written after
+  // step 4 or at the last step.
   void trace_step_begin(int64_t step) {
-    if (cfg.log.trace.empty()) return;
+    if (trace_path.empty()) return;
     if (step == std::min<int64_t>(2, cfg.train.steps)) {
       trace_clear();
       trace_enable(true);
     }
   }
   void trace_step_end(int64_t step) {
-    if (cfg.log.trace.empty() || !trace_enabled()) return;
+    if (trace_path.empty() || !trace_enabled()) return;
     if (step >= 4 || step == cfg.train.steps) {
       trace_enable(false);
       compute->synchronize();
       comm->synchronize();
-      std::string path = cfg.log.trace;
-      if (world.rank() > 0) path += str(".rank", world.rank());  // as checked at the start
-      trace_write(path, world.rank());
+      trace_write(trace_path, world.rank());
     }
   }
 
@@ -1345,10 +1344,7 @@ void Trainer::save(const std::string& dir, const std::string& dtype) {
     std::snprintf(b, sizeof b, "model-%05d-of-%05d.safetensors", s + 1, m.pp);
     return std::string(b);
   };
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);  // every stage writes a file into it
-  if (ec) fail("train::save", str("cannot create '", dir, "': ", ec.message()));
-  m.zero->save(dir, parse_dtype(dtype), file_of(m.stage), m.stage == 0);
+  m.zero->save(dir, parse_dtype(dtype), file_of(m.stage), m.stage == 0);  // creates dir
   if (m.world.rank() == 0) {
     nlohmann::json map = nlohmann::json::object();
     const auto& all = m.model->all_units();

@@ -150,8 +150,7 @@ void run_train(const TrainArgs& a) {
       stopped_by = s.stopped_by;
       // A stop in the final evaluation leaves every step done: the weights are written.
       if (!a.out.empty() && (!stopped_by || s.last_step == cfg.train.steps)) {
-        std::filesystem::create_directories(a.out);
-        trainer->save(a.out, a.out_dtype);
+        trainer->save(a.out, a.out_dtype);  // into the folder check_out created
         wrote_out = true;
       }
     }

@@ -2,6 +2,7 @@
 #include "apps/strata/common.h"
 
 #include <chrono>
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -39,9 +40,7 @@ Config load(const ConfigArgs& args) {
   theirs.model.loss_chunk = cfg.model.loss_chunk;
   const nlohmann::json mine = config_to_json(cfg)["model"], hf = config_to_json(theirs)["model"];
   for (const std::string& set : args.sets) {
-    std::string key = set.substr(0, set.find('='));
-    key.erase(0, key.find_first_not_of(" \t"));
-    key.erase(key.find_last_not_of(" \t") + 1);
+    const std::string key = override_key(set);
     if (key.rfind("model.", 0) != 0 || key == "model.loss_chunk") continue;
     const std::string name = key.substr(6);
     if (hf.contains(name) && mine.value(name, nlohmann::json()) != hf[name])
@@ -60,13 +59,9 @@ Config load_for_resume(const ConfigArgs& args, const std::string& resume) {
     fail("train::resume", "--init-from and --resume both give the starting weights",
          "drop --init-from: a resumed run continues from the checkpoint's weights and optimizer state");
   const std::string dir = resolve_checkpoint(resume);
-  bool dir_set = false;  // checkpoint.dir given with --set
-  for (const std::string& set : args.sets) {
-    std::string key = set.substr(0, set.find('='));
-    key.erase(0, key.find_first_not_of(" \t"));
-    key.erase(key.find_last_not_of(" \t") + 1);
-    dir_set = dir_set || key == "checkpoint.dir";
-  }
+  const bool dir_set = std::any_of(args.sets.begin(), args.sets.end(), [](const std::string& s) {
+    return override_key(s) == "checkpoint.dir";
+  });
   if (!args.config_path.empty()) {
     Config c = load_config(args.config_path, args.sets);
     if (c.checkpoint.dir.empty())
