@@ -68,74 +68,95 @@ nlohmann::json run_pipeline_bench(const PipelineBenchOptions& o) {
   auto stream = cpu->make_stream("bench pipeline");
   world->broadcast(*stream, &job, 1, CommType::i32, 0);
   stream->synchronize();
-  nlohmann::json runs = nlohmann::json::array();
+  // Every point's config is checked before the first one runs: a point the engine refuses
+  // (1f1b with fewer micro-batches than stages) ends the bench before its minutes of work.
+  struct Point {
+    std::string sched;
+    int m;
+    Config cfg;
+  };
+  std::vector<Point> points;
   for (const std::string& sched : o.schedules) {
     if (sched != "1f1b" && sched != "gpipe")
       fail("bench::pipeline", str("schedule '", sched, "'"), "schedules: 1f1b, gpipe");
     for (int m : o.micro_batches) {
+      if (sched == "1f1b" && m < pp)
+        fail("bench::pipeline", str("1f1b with --micro ", m, ": 1f1b needs at least pp = ", pp,
+                                    " micro-batches per step"),
+             str("drop ", m, " from --micro, or measure it with --schedules gpipe only"));
       Config cfg = base;
       cfg.checkpoint.dir.clear();  // a benchmark saves nothing and logs no metrics file
       cfg.log.metrics.clear();
-      cfg.parallel.pp_schedule = sched == "gpipe" ? PipelineSchedule::gpipe : PipelineSchedule::one_f_one_b;
+      cfg.parallel.pp_schedule =
+          sched == "gpipe" ? PipelineSchedule::gpipe : PipelineSchedule::one_f_one_b;
       cfg.train.grad_accum = m;
       cfg.log.trace = str(trace_dir, "/strata-bench-pipeline-", sched, "-", m, "-", job, ".json");
       validate(cfg);
-      TrainerOptions topt;
-      topt.progress = false;
-      std::vector<double> tps;
-      topt.on_step = [&](const StepRecord& r) {
-        if (r.step > 1) tps.push_back(r.tokens_per_s);
-      };
-      TrainSummary s;
-      {
-        Trainer trainer(cfg, *world, topt);
-        s = trainer.train();  // ends with a collective: every rank's trace is written
-      }
-      if (world->rank() == 0) {
-        std::vector<std::vector<Span>> spans;
-        for (int st = 0; st < pp; ++st)
-          spans.push_back(stage_spans(st == 0 ? cfg.log.trace : str(cfg.log.trace, ".rank", st), st));
-        const size_t per_step = size_t(2 * m);
-        const size_t steps = spans[0].size() / per_step;
-        nlohmann::json stages = nlohmann::json::array();
-        double window = 0;
-        for (size_t k = 0; k < steps; ++k)
-          window += spans[0][(k + 1) * per_step - 1].end - spans[0][k * per_step].start;
-        for (int st = 0; st < pp; ++st) {
-          if (spans[size_t(st)].size() != steps * per_step)
-            fail("bench::pipeline", str("stage ", st, " traced ", spans[size_t(st)].size(),
-                                        " spans, stage 0 ", spans[0].size()));
-          double busy = 0;
-          for (const Span& x : spans[size_t(st)]) busy += x.end - x.start;
-          stages.push_back({{"stage", st}, {"busy_ms", busy / 1000}, {"idle_share", 1 - busy / window}});
-        }
-        std::sort(tps.begin(), tps.end());
-        PlanMachine machine;
-        machine.device_capacity = uint64_t(1) << 50;
-        const MemoryPlan plan = plan_memory(cfg, 1, machine, 0);
-        uint64_t acts = 0;
-        for (const auto& r : plan.rows)
-          if (r.what.rfind("activations", 0) == 0) acts = r.bytes;
-        const auto partition = pipeline_partition(cfg);
-        nlohmann::json units = nlohmann::json::array();
-        for (const auto& p : partition) units.push_back({p.begin, p.end});
-        runs.push_back({{"schedule", sched},
-                        {"micro_batches", m},
-                        {"ideal_idle_share", ideal_bubble(pp, m)},
-                        {"window_ms", window / 1000},
-                        {"traced_steps", steps},
-                        {"stages", stages},
-                        {"partition", units},
-                        {"first_stage_micro_batches_held", plan.micro_batches_held},
-                        {"first_stage_activation_bytes", acts},
-                        {"first_stage_device_peak_bytes", s.device_peak_bytes_here},
-                        {"tokens_per_s", tps.empty() ? 0.0 : tps[tps.size() / 2]}});
-      }
-      world->barrier(*stream);  // rank 0 has read every trace
-      stream->synchronize();
-      std::error_code ec;
-      std::filesystem::remove(world->rank() == 0 ? cfg.log.trace : str(cfg.log.trace, ".rank", world->rank()), ec);
+      points.push_back({sched, m, std::move(cfg)});
     }
+  }
+  nlohmann::json runs = nlohmann::json::array();
+  for (const Point& point : points) {
+    const std::string& sched = point.sched;
+    const int m = point.m;
+    const Config& cfg = point.cfg;
+    TrainerOptions topt;
+    topt.progress = false;
+    std::vector<double> tps;
+    topt.on_step = [&](const StepRecord& r) {
+      if (r.step > 1) tps.push_back(r.tokens_per_s);
+    };
+    TrainSummary s;
+    {
+      Trainer trainer(cfg, *world, topt);
+      s = trainer.train();  // ends with a collective: every rank's trace is written
+    }
+    if (world->rank() == 0) {
+      std::vector<std::vector<Span>> spans;
+      for (int st = 0; st < pp; ++st)
+        spans.push_back(stage_spans(st == 0 ? cfg.log.trace : str(cfg.log.trace, ".rank", st), st));
+      const size_t per_step = size_t(2 * m);
+      const size_t steps = spans[0].size() / per_step;
+      nlohmann::json stages = nlohmann::json::array();
+      double window = 0;
+      for (size_t k = 0; k < steps; ++k)
+        window += spans[0][(k + 1) * per_step - 1].end - spans[0][k * per_step].start;
+      for (int st = 0; st < pp; ++st) {
+        if (spans[size_t(st)].size() != steps * per_step)
+          fail("bench::pipeline", str("stage ", st, " traced ", spans[size_t(st)].size(),
+                                      " spans, stage 0 ", spans[0].size()));
+        double busy = 0;
+        for (const Span& x : spans[size_t(st)]) busy += x.end - x.start;
+        stages.push_back(
+            {{"stage", st}, {"busy_ms", busy / 1000}, {"idle_share", 1 - busy / window}});
+      }
+      std::sort(tps.begin(), tps.end());
+      PlanMachine machine;
+      machine.device_capacity = uint64_t(1) << 50;
+      const MemoryPlan plan = plan_memory(cfg, 1, machine, 0);
+      uint64_t acts = 0;
+      for (const auto& r : plan.rows)
+        if (r.what.rfind("activations", 0) == 0) acts = r.bytes;
+      const auto partition = pipeline_partition(cfg);
+      nlohmann::json units = nlohmann::json::array();
+      for (const auto& p : partition) units.push_back({p.begin, p.end});
+      runs.push_back({{"schedule", sched},
+                      {"micro_batches", m},
+                      {"ideal_idle_share", ideal_bubble(pp, m)},
+                      {"window_ms", window / 1000},
+                      {"traced_steps", steps},
+                      {"stages", stages},
+                      {"partition", units},
+                      {"first_stage_micro_batches_held", plan.micro_batches_held},
+                      {"first_stage_activation_bytes", acts},
+                      {"first_stage_device_peak_bytes", s.device_peak_bytes_here},
+                      {"tokens_per_s", tps.empty() ? 0.0 : tps[tps.size() / 2]}});
+    }
+    world->barrier(*stream);  // rank 0 has read every trace
+    stream->synchronize();
+    std::error_code ec;
+    const int rank = world->rank();
+    std::filesystem::remove(rank == 0 ? cfg.log.trace : str(cfg.log.trace, ".rank", rank), ec);
   }
   return {{"config", config_to_json(base)},
           {"pp", pp},

@@ -374,7 +374,8 @@ struct Trainer::Impl {
     // Before the first collective that depends on the config (the mesh's splits), and after
     // --init-from's model is read: the ranks compare what they will train (each may read the
     // model from a folder of its own, a node-local copy).
-    std::map<std::string, std::string> start;  // what the ranks start from must agree too
+    // What the ranks start from must agree too, and what the caller names.
+    std::map<std::string, std::string> start = opt.same_on_every_rank;
     if (!resume_dir.empty())
       start["--resume"] = str("step ", resume_manifest.step, ", manifest xxh64 ",
                               hash_hex(checkpoint_file_hash(resume_dir + "/manifest.json")));

@@ -77,6 +77,10 @@ struct TrainerOptions {
   // A checkpoint to continue from: a checkpoint.dir root (its newest complete checkpoint) or
   // one step_N folder. The run continues to train.steps; init_from is then ignored.
   std::string resume;
+  // What else every rank must agree on, compared with the config by
+  // check_same_config_on_every_rank (apps/strata: "--out", the folder and dtype the weights are
+  // written to: only rank 0 writes, so a rank given another one would be ignored in silence).
+  std::map<std::string, std::string> same_on_every_rank;
   // End the run after this step (> 0), as an interruption would — after saving it when
   // checkpoint.dir is set; the LR schedule still spans train.steps. 0: run to train.steps.
   int64_t stop_after = 0;

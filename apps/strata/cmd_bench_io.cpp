@@ -1,6 +1,8 @@
 // apps/strata/cmd_bench_io.cpp — `strata bench io`: the NVMe tier's write and read rates through
 // FileIO, data checked; `--sweep` over block sizes and queue depths with a recommendation.
 // With --json, one JSON object on stdout. Blocks read back wrong make the command fail.
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -18,7 +20,7 @@ namespace {
 
 struct BenchIoArgs {
   std::vector<std::string> dirs;
-  std::string size, block = "1M", stripe = "1M";
+  std::string size, block = "1M", stripe;  // stripe: empty = the larger of 1M and the block
   int qd = 32;
   int submit_batch = kDefaultSubmitBatch;
   std::string backend = "auto";
@@ -33,7 +35,8 @@ void run(const BenchIoArgs& a) {
   IoBenchOptions o;
   o.dirs = a.dirs;
   o.block_bytes = parse_bytes(a.block, "--block");
-  o.stripe_bytes = parse_bytes(a.stripe, "--stripe");
+  o.stripe_bytes = a.stripe.empty() ? std::max<uint64_t>(1ull << 20, o.block_bytes)
+                                    : parse_bytes(a.stripe, "--stripe");
   o.queue_depth = a.qd;
   o.submit_batch = a.submit_batch;
   o.backend = a.backend;
@@ -49,7 +52,14 @@ void run(const BenchIoArgs& a) {
   rules.io.queue_depth = a.qd;
   rules.io.submit_batch = a.submit_batch;
   rules.io.backend = a.backend;
-  validate(rules);
+  try {
+    validate(rules);
+  } catch (const Error& e) {
+    std::vector<std::string> hints = e.hints();
+    hints.push_back("here io.block_size is --block, io.stripe_size --stripe, io.queue_depth --qd, "
+                    "io.submit_batch --submit-batch, offload.nvme_path --dir");
+    throw Error(e.where(), e.what_failed(), hints);
+  }
   nlohmann::json result;
   if (a.sweep && o.update)
     fail("bench::io", "--sweep runs the sequential pattern only", "drop --pattern update or --sweep");
@@ -94,8 +104,9 @@ void register_bench_io(CLI::App& bench) {
   cmd->add_option("--backend", args->backend, "auto | uring | posix (io.backend)")
       ->check(CLI::IsMember({"auto", "uring", "posix"}))
       ->capture_default_str();
-  cmd->add_option("--stripe", args->stripe, "stripe size across --dir directories (io.stripe_size)")
-      ->capture_default_str();
+  cmd->add_option("--stripe", args->stripe,
+                  "stripe size across --dir directories (io.stripe_size; default the larger of 1M "
+                  "and --block)");
   cmd->add_option("--pattern", args->pattern,
                   "sequential (write, then read) or update (write, then read each block and "
                   "write it back in place, then read): the optimizer's traffic over its states")

@@ -121,6 +121,7 @@ void run_train(const TrainArgs& a) {
     TrainerOptions opt;
     opt.init_from = a.config.init_from;
     opt.resume = a.resume;
+    if (!a.out.empty()) opt.same_on_every_rank["--out"] = str(a.out, " (", a.out_dtype, ")");
     opt.peak_flops = cfg.log.peak_flops;
     if (opt.peak_flops <= 0) opt.peak_flops = measure_linear_flops(cfg, 0.3);
     if (!a.out.empty()) check_out(a, cfg);  // fail before training, not after

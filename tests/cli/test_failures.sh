@@ -107,6 +107,13 @@ run_case config_differs_on_rank1 20 "\[train::config\] rank 1 of 2 runs with a c
   --out "$work/hf_b" >/dev/null 2>&1
 run_case init_from_differs_on_rank1 20 "\[train::config\] rank 1 of 2" "\--init-from = weights" -- \
   train "${small[@]}" --init-from "$work/hf_a" : train "${small[@]}" --init-from "$work/hf_b"
+# A benchmark point the engine would refuse ends the bench before its first point runs.
+run_case pipeline_bench_micro_below_pp 20 "1f1b with --micro 1" "drop 1 from --micro" -- \
+  bench pipeline --micro 4,1 --schedules 1f1b
+
+# Only rank 0 writes --out: a rank given another folder is refused before training.
+run_case out_differs_on_rank1 20 "\[train::config\] rank 1 of 2" "\--out = $work/out_b" -- \
+  train "${small[@]}" --out "$work/out_a" : train "${small[@]}" --out "$work/out_b"
 
 # Two stages, one rank each, four micro-batches a step (the 1F1B schedule has sends and receives
 # in flight both ways).
