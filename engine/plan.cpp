@@ -57,6 +57,15 @@ bool MemoryPlan::fits() const {
   return true;
 }
 
+std::string MemoryPlan::failed_checks() const {
+  std::string failed;
+  for (const auto& c : checks)
+    if (!c.ok())
+      failed += str(failed.empty() ? "" : "; ", c.what, " needs ", format_bytes(c.need), " but ",
+                    c.limit_name, " allows ", format_bytes(c.limit));
+  return failed;
+}
+
 MemoryPlan plan_memory(const Config& c, int dp, const PlanMachine& machine, int stage) {
   const int tp = c.parallel.tp, pp = c.parallel.pp;
   STRATA_CHECK(stage >= 0 && stage < pp, "plan::stage", "stage ", stage, " of ", pp);

@@ -49,8 +49,17 @@ struct MemoryPlan {
   uint64_t tier_bytes(const std::string& tier) const;
   uint64_t device_bytes() const { return tier_bytes("device"); }
   bool fits() const;
+  // The checks that fail, one clause each: "device memory per rank needs 3 GiB but
+  // offload.device_mem_limit allows 2 GiB; ..." (empty when the run fits).
+  std::string failed_checks() const;
   std::string table() const;  // rows, per-tier totals and every check with its verdict
 };
+
+// What a user can change when a plan does not fit (train's error and plan's verdict say it).
+inline constexpr const char* kDoesNotFitHint =
+    "offload states (offload.params / optimizer = host or nvme, or \"auto\"), raise "
+    "offload.device_mem_limit or offload.pinned_mem_limit, shrink the model or "
+    "data.micro_batch, turn on zero.activation_checkpointing, or use more ranks";
 
 struct PlanMachine {
   bool device_is_host_memory = true;   // the CPU device: its memory is the machine's RAM

@@ -476,18 +476,9 @@ struct Trainer::Impl {
       machine.ranks_here = ranks_on_this_node(world, *node_stream);
     }
     MemoryPlan plan = plan_memory(cfg, dp, machine, stage);
-    if (!plan.fits()) {
-      std::string failed;
-      for (const auto& ck : plan.checks)
-        if (!ck.ok())
-          failed += str(failed.empty() ? "" : "; ", ck.what, " needs ", format_bytes(ck.need),
-                        " but ", ck.limit_name, " allows ", format_bytes(ck.limit));
-      fail("train::plan", str("the run does not fit: ", failed, "\n", plan.table()),
-           "offload states (offload.params / optimizer = host or nvme), raise "
-           "offload.device_mem_limit or offload.pinned_mem_limit, shrink the model or "
-           "data.micro_batch, turn on zero.activation_checkpointing, or use more ranks "
-           "(`strata plan` prints this table)");
-    }
+    if (!plan.fits())
+      fail("train::plan", str("the run does not fit: ", plan.failed_checks(), "\n", plan.table()),
+           str(kDoesNotFitHint, " (`strata plan` prints this table)"));
     compute = device->make_stream("compute");
     comm = device->make_stream("comm");
     reduce = device->make_stream("reduce");

@@ -1,7 +1,7 @@
 // apps/strata/cmd_plan.cpp — `strata plan [--config F] [--set k=v]... [--ranks N] [--json]
 // [--auto [--reprobe] [--rates FILE]]`: the bytes each memory tier needs per rank for a config,
 // against each limit, before anything is allocated (engine/plan.h). Prints the table and a
-// verdict; exit status 0 either way. With --auto (or "auto" in offload.*), every candidate
+// verdict; exit status 1 when it does not fit (the verdict's reasons on stderr). With --auto (or "auto" in offload.*), every candidate
 // placement with its bytes per tier and predicted step time (engine/step_model.h), and the
 // fastest that fits; exit status 1 when none fits.
 #include <algorithm>
@@ -86,6 +86,17 @@ void register_plan(CLI::App& app) {
     const MemoryPlan& p = plans.front();
     bool fits = true;
     for (const auto& q : plans) fits = fits && q.fits();
+    // The verdict as an exit status: 1 when a stage does not fit, its checks named on stderr.
+    auto fail_unless_fits = [&] {
+      std::fflush(stdout);
+      for (const auto& q : plans)
+        if (!q.fits())
+          fail("plan",
+               str("the run does not fit",
+                   cfg.parallel.pp > 1 ? str(" (stage ", q.stage, ")") : std::string(), ": ",
+                   q.failed_checks()),
+               str(kDoesNotFitHint, "; `strata plan --auto` lists the placements that fit"));
+    };
     // "embedding + blocks 0-3", "blocks 4-7 + head": a stage's units in words.
     auto units_text = [&](const StageUnits& u) {
       const int L = cfg.model.n_layers;
@@ -130,6 +141,7 @@ void register_plan(CLI::App& app) {
         j["pp_schedule"] = cfg.parallel.pp_schedule == PipelineSchedule::gpipe ? "gpipe" : "1f1b";
       }
       std::printf("%s\n", j.dump().c_str());
+      fail_unless_fits();
       return;
     }
     std::printf("strata plan: %lld parameters, %d rank(s) (mesh pp %d x dp %d x tp %d), %s, "
@@ -153,6 +165,7 @@ void register_plan(CLI::App& app) {
                     units_text(q.units).c_str(), q.units.size(), q.micro_batches_held, q.table().c_str());
     }
     std::printf("%s\n", fits ? "fits" : "does NOT fit: `strata train` would refuse this run");
+    fail_unless_fits();
   });
 }
 

@@ -47,6 +47,9 @@ expect_error "bad.bin"            train --set data.path="$work/bad.bin"
 expect_error "empty_header.bin"   train --set data.path="$work/empty_header.bin"
 expect_error "vocab"              train --set data.path="$work/text.txt" --set model.vocab_size=128
 expect_error "device_mem_limit"   train --set offload.device_mem_limit=1M
+# plan's verdict is its exit status too, in text and in JSON (scripts gate on it)
+expect_error "does not fit"       plan --set offload.device_mem_limit=1M
+expect_error "device_mem_limit"   plan --set offload.device_mem_limit=1M --json
 expect_error "offload.params"     train --set offload.params=sideways
 expect_error "config.json"        eval --init-from "$work"
 expect_error "dtype"              train --set train.steps=1 --out "$work/out" --out-dtype int4
