@@ -401,6 +401,27 @@ std::vector<std::pair<int64_t, std::string>> complete_checkpoints(const std::str
   return out;
 }
 
+void check_not_a_checkpoint_folder(const std::string& dir, const std::string& what,
+                                   const char* where) {
+  std::error_code ec;
+  std::string found;
+  if (fs::exists(fs::path(dir) / kManifest, ec)) found = kManifest;
+  for (const char* name : {kLatest, ".lock"})
+    if (found.empty() && fs::exists(fs::path(dir) / name, ec)) found = name;
+  if (found.empty() && fs::is_directory(dir, ec))
+    for (const auto& e : fs::directory_iterator(dir, ec)) {
+      const std::string name = e.path().filename().string();
+      if (step_of(name) >= 0 || tmp_step_of(name) >= 0) {
+        found = name;
+        break;
+      }
+    }
+  if (!found.empty())
+    fail(where, str(what, " '", dir, "' is a checkpoint folder (it holds ", found, ")"),
+         "write the weights to a folder of their own: there they would sit among the "
+         "checkpoints");
+}
+
 std::string resolve_checkpoint(const std::string& dir) {
   std::error_code ec;
   if (fs::is_regular_file(fs::path(dir) / kManifest, ec)) return dir;

@@ -141,6 +141,11 @@ std::string resolve_checkpoint(const std::string& dir);
 // Complete checkpoints (step_N with a manifest) in root, oldest first.
 std::vector<std::pair<int64_t, std::string>> complete_checkpoints(const std::string& root);
 CheckpointManifest read_manifest(const std::string& step_dir);
+// Error unless `dir` (an output folder for exported weights, named by `what`, e.g. "--out") is
+// neither a checkpoint root (`latest`, `.lock` or step_N folders in it) nor a step_N folder (a
+// manifest.json): weights written there would sit among a run's checkpoints.
+void check_not_a_checkpoint_folder(const std::string& dir, const std::string& what,
+                                   const char* where);
 
 // A run's claim on its checkpoint.dir, from before its first step to its end. Errors, before
 // anything is trained:

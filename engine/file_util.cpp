@@ -183,6 +183,21 @@ void check_not_an_input(const std::string& out, std::string_view out_key, const 
        str("give ", out_key, " another path"));
 }
 
+bool same_folder(const std::string& a, const std::string& b) {
+  namespace fs = std::filesystem;
+  if (a.empty() || b.empty()) return false;
+  std::error_code ec;
+  if (fs::exists(a, ec) && fs::exists(b, ec)) return fs::equivalent(a, b, ec) && !ec;
+  auto absolute = [](const std::string& p) {
+    std::error_code e;
+    const fs::path c = fs::weakly_canonical(p, e);
+    if (e) return fs::path();
+    return c.has_filename() ? c : c.parent_path();  // "dir/" and "dir" alike
+  };
+  const fs::path x = absolute(a);
+  return !x.empty() && x == absolute(b);
+}
+
 std::string read_file(const std::string& path, std::string_view where) {
   MappedFile m(path, where);
   return std::string(reinterpret_cast<const char*>(m.data()), m.size());

@@ -59,6 +59,9 @@ void write_file_atomic(const std::string& path, std::string_view bytes, std::str
 // An output file that a run or a command writes after its work, checked before that work: Error
 // naming `key` when the file's folder is missing or not writable, or when `path` is a folder.
 void check_output_file(const std::string& path, std::string_view key, std::string_view where);
+// Whether paths `a` and `b` name one folder (or file): the same inode when both exist, else the
+// same absolute path once ".", "..", symbolic links and a trailing "/" are resolved.
+bool same_folder(const std::string& a, const std::string& b);
 // Error when output `out` is the very file of input `in` (the same path, a symbolic or a hard
 // link): writing it would destroy the input. Nothing to check when either does not exist.
 void check_not_an_input(const std::string& out, std::string_view out_key, const std::string& in,

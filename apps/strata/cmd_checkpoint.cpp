@@ -91,6 +91,7 @@ void run_inspect(const InspectArgs& a) {
 
 void run_export(const ExportArgs& a) {
   const DType dtype = parse_dtype(a.out_dtype);
+  check_not_a_checkpoint_folder(a.out, "--out", "checkpoint::export");
   const std::string dir = resolve_checkpoint(a.dir);
   const CheckpointManifest m = read_manifest(dir);
   const Config cfg = parse_config(m.config_toml, dir + "/manifest.json (config_toml)", {});

@@ -16,6 +16,7 @@
 #include "core/log.h"
 #include "core/size.h"
 #include "core/watchdog.h"
+#include "engine/checkpoint.h"
 #include "engine/file_util.h"
 #include "engine/trainer.h"
 
@@ -91,6 +92,11 @@ void check_out(const TrainArgs& a, const Config& cfg) {
   if (fs::exists(a.out, ec) && !fs::is_directory(a.out, ec))
     fail(where, str("--out '", a.out, "' is a file, not a folder"),
          "--out names the folder that will hold config.json and model.safetensors");
+  check_not_a_checkpoint_folder(a.out, "--out", where);
+  if (!cfg.checkpoint.dir.empty() && fileutil::same_folder(a.out, cfg.checkpoint.dir))
+    fail(where, str("--out '", a.out, "' is checkpoint.dir"),
+         "write the weights to a folder of their own: there they would sit among the "
+         "checkpoints");
   fs::create_directories(a.out, ec);
   if (ec) fail(where, str("cannot create --out '", a.out, "': ", ec.message()));
   for (const char* file : {"config.json", "model.safetensors", "model.safetensors.index.json"}) {

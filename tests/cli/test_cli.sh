@@ -85,6 +85,10 @@ expect_error "replace the chart"  report "$work/m.jsonl" --out "$work/r.svg" --c
   --set checkpoint.dir="$work/ck" --set checkpoint.every=2 >/dev/null 2>&1 ||
   { echo "FAIL: the run to resume did not run"; failures=$((failures + 1)); }
 expect_error "nothing is left to train" train --resume "$work/ck"
+# Exported weights go to a folder of their own, not among a run's checkpoints.
+expect_error "is a checkpoint folder" checkpoint export "$work/ck" --out "$work/ck"
+expect_error "is a checkpoint folder" checkpoint export "$work/ck" --out "$work/ck/step_2"
+expect_error "is checkpoint.dir"  train --set checkpoint.dir="$work/ck_new" --out "$work/./ck_new/"
 # A resumed run goes on saving where it was resumed from: a copy of the folder, resumed from
 # another working directory, gets the new step (not the original, not the working directory).
 cp -r "$work/ck" "$work/ck_copy"
