@@ -1329,14 +1329,19 @@ void Trainer::save(const std::string& dir, const std::string& dtype) {
     m.zero->save(dir, parse_dtype(dtype));
     return;
   }
-  // One safetensors file per stage (Hugging Face's sharded layout) and the index naming the file
-  // of every tensor, written by world rank 0 once every stage has written its file.
+  // One safetensors file per stage (Hugging Face's sharded layout), then, by world rank 0 once
+  // every stage has written its file, the index naming the file of every tensor and config.json
+  // last: a folder with a config.json holds every stage's weights (a save cut short, none).
   auto file_of = [&](int s) {
     char b[64];
     std::snprintf(b, sizeof b, "model-%05d-of-%05d.safetensors", s + 1, m.pp);
     return std::string(b);
   };
-  m.zero->save(dir, parse_dtype(dtype), file_of(m.stage), m.stage == 0);  // creates dir
+  const DType out_dtype = parse_dtype(dtype);
+  m.zero->save(dir, out_dtype, file_of(m.stage), /*config=*/false);  // creates dir
+  Stream& hs = m.host_stream ? *m.host_stream : *m.comm;
+  m.world.barrier(hs);  // every stage's file is in place
+  hs.synchronize();
   if (m.world.rank() == 0) {
     nlohmann::json map = nlohmann::json::object();
     const auto& all = m.model->all_units();
@@ -1347,8 +1352,8 @@ void Trainer::save(const std::string& dir, const std::string& dtype) {
     fileutil::AtomicFile f(dir + "/model.safetensors.index.json", "train::save");
     f.write(text.data(), text.size());
     f.commit();
+    write_hf_config(dir, m.model->config(), out_dtype);
   }
-  Stream& hs = m.host_stream ? *m.host_stream : *m.comm;
   m.world.barrier(hs);  // when save returns on any rank, every file is in place
   hs.synchronize();
 }
