@@ -119,8 +119,11 @@ Field field_of(Config& c) {
 #define STRATA_CONFIG_KEY(sec, key) \
   #sec, #key, &field_of<&Config::sec, &decltype(Config::sec)::key>
 
-// Tier i of these is Tier(i); "auto" (last) sets TierSetting::automatic.
+// Tier i of these is Tier(i); "auto" (last) sets TierSetting::automatic. A key's own choices
+// may leave some out (kGradTiers: gradients never live on NVMe); values are read and written by
+// name through kTiers.
 const std::vector<std::string_view> kTiers = {"device", "host", "nvme", "auto"};
+const std::vector<std::string_view> kGradTiers = {"device", "host", "auto"};
 constexpr size_t kAutoChoice = 3;
 size_t choice_index(const TierSetting& t) { return t.automatic ? kAutoChoice : size_t(t.tier); }
 
@@ -257,7 +260,7 @@ const std::vector<Key>& keys() {
        "auto = the fastest placement that fits (docs/tuning.md)", any(), kTiers},
       {STRATA_CONFIG_KEY(offload, grads), Kind::choice,
        "tier of the f32 gradient shards: device or host (host whenever offload.optimizer is off "
-       "the device); auto = chosen with the others", any(), kTiers},
+       "the device); auto = chosen with the others", any(), kGradTiers},
       {STRATA_CONFIG_KEY(offload, optimizer), Kind::choice,
        "tier of the f32 master weights and AdamW m, v; off the device the CPU AdamW steps them; "
        "auto = chosen with the others", any(), kTiers},
@@ -576,7 +579,7 @@ std::string toml_value(const Key& k, const Config& c) {
           for (int i : *p) q.push_back(std::to_string(i));
           return str("[", join(q, ", "), "]");
         } else if constexpr (std::is_same_v<T, TierSetting>) {
-          return toml_string(k.choices.at(choice_index(*p)));
+          return toml_string(kTiers.at(choice_index(*p)));
         } else {
           return toml_string(k.choices.at(static_cast<size_t>(*p)));  // an enum
         }
@@ -590,7 +593,7 @@ nlohmann::json json_value(const Key& k, const Config& c) {
         using T = std::remove_pointer_t<decltype(p)>;
         if constexpr (std::is_same_v<T, float>) return fileutil::float_as_decimal(*p);
         else if constexpr (std::is_enum_v<T>) return k.choices.at(static_cast<size_t>(*p));
-        else if constexpr (std::is_same_v<T, TierSetting>) return k.choices.at(choice_index(*p));
+        else if constexpr (std::is_same_v<T, TierSetting>) return kTiers.at(choice_index(*p));
         else return *p;
       },
       field(k, c));
@@ -714,8 +717,9 @@ void store(std::string_view where, const Key& k, const Value& v, Config& c,
           const size_t i = size_t(it - k.choices.begin());
           if constexpr (std::is_same_v<T, std::string>) *p = v.s;
           else if constexpr (std::is_same_v<T, TierSetting>) {
-            p->automatic = i == kAutoChoice;
-            p->tier = p->automatic ? Tier::device : Tier(i);
+            const auto t = size_t(std::find(kTiers.begin(), kTiers.end(), v.s) - kTiers.begin());
+            p->automatic = t == kAutoChoice;
+            p->tier = p->automatic ? Tier::device : Tier(t);
           } else *p = static_cast<T>(i);
         }
       },
@@ -1069,7 +1073,7 @@ void validate(const Config& c) {
   // offload.nvme_path, and gradients are never placed on NVMe.
   if (!o.grads.automatic && o.grads == Tier::nvme)
     fail(kWhere, "offload.grads = \"nvme\" is not allowed: gradients never live on NVMe",
-         "allowed offload.grads: \"device\", \"host\"");
+         "allowed offload.grads: \"device\", \"host\", \"auto\"");
   const bool params_nvme = !o.params.automatic && o.params == Tier::nvme;
   const bool optimizer_nvme = !o.optimizer.automatic && o.optimizer == Tier::nvme;
   if ((params_nvme || optimizer_nvme) && o.nvme_path.empty())
@@ -1202,7 +1206,8 @@ std::string config_reference_markdown() {
          "size derived from them fits in 64 bits and every dimension a kernel takes fits in a "
          "32-bit int; widths are at least 4 times those of the largest public dense models.\n";
   out += "- Sizes are bytes: a plain integer, or a string with a binary suffix: `\"512M\"`, "
-         "`\"2G\"`, `\"1.5T\"` (K = 1024).\n";
+         "`\"2G\"`, `\"1.5T\"` (K = 1024). `B`, `iB` after the suffix change nothing: `\"2GB\"` "
+         "and `\"2GiB\"` are both 2 × 1024³ bytes, as fio reads them.\n";
   out += "- In `--set`, a value is parsed by the key's type: `--set train.lr=1e-3`, "
          "`--set offload.device_mem_limit=2G`, `--set offload.nvme_path=/mnt/a,/mnt/b`.\n\n";
   out += "Example:\n\n```toml\n[model]\ndim = 512\nn_layers = 8\n\n[data]\npath = "

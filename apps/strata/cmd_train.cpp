@@ -143,8 +143,12 @@ void run_train(const TrainArgs& a) {
                   model.n_kv_heads, cfg.data.path.c_str(), cfg.data.micro_batch,
                   cfg.data.seq_len, cfg.train.grad_accum, world->size(), cfg.train.steps,
                   std::string(precision_name(cfg.train.precision)).c_str());
-      std::printf("MFU is measured against %.1f GFLOP/s (f32 GEMM%s)\n", opt.peak_flops / 1e9,
-                  cfg.log.peak_flops > 0 ? ", log.peak_flops" : ", measured now");
+      // measure_linear_flops: bf16 operands where the CUDA run multiplies with them
+      const bool bf16_gemm = uses_cuda(cfg) && cuda_bf16_matmuls(cfg.train);
+      std::printf("MFU is measured against %.1f GFLOP/s (%s)\n", opt.peak_flops / 1e9,
+                  cfg.log.peak_flops > 0 ? "log.peak_flops"
+                  : bf16_gemm            ? "GEMM with bf16 operands, measured now"
+                                         : "f32 GEMM, measured now");
       std::fflush(stdout);
     }
     TrainSummary s;
