@@ -574,6 +574,7 @@ void commit_checkpoint(const std::string& root, const CheckpointManifest& manife
     const std::string doomed = all[i].second + ".tmp";
     fs::remove_all(doomed, ec);
     fs::rename(all[i].second, doomed, ec);
+    if (!ec) run_checkpoint_hook(hooks, "prune", manifest.step);
     if (!ec) fs::remove_all(doomed, ec);
     if (ec) log_warn("checkpoint", "cannot remove old checkpoint '", all[i].second, "': ", ec.message());
   }

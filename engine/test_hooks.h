@@ -34,8 +34,9 @@ struct TestHooks {
   std::vector<FaultRule> checkpoint_io_faults;
   // Called at each phase of a checkpoint save ("shard" half-way through a rank file, "written"
   // once its writes have completed, before its fsync; "manifest" before the manifest is
-  // written, "rename" before step_N.tmp is renamed, "latest" before `latest` moves) with the
-  // step being saved. Empty: nothing.
+  // written, "rename" before step_N.tmp is renamed, "latest" before `latest` moves, "prune"
+  // once an old checkpoint is renamed step_K.tmp, before its removal) with the step being saved.
+  // Empty: nothing.
   std::function<void(const char* phase, int64_t step)> checkpoint_hook;
   // Called on every rank before each step's first collective (a rank that hangs or fails).
   std::function<void(int64_t step)> before_step;

@@ -166,8 +166,10 @@ void apply_fault_hooks(int rank, TrainerOptions& options) {
     rule.times = 1;
     hooks->io_faults.push_back(rule);
   } else if (fault == "kill") {  // SIGKILL at a phase of the save of step S
-    if (phase != "shard" && phase != "manifest" && phase != "rename" && phase != "latest")
-      fail("app::fault", str("STRATA_FAULT: phase '", phase, "'"), "allowed: shard, manifest, rename, latest");
+    if (phase != "shard" && phase != "manifest" && phase != "rename" && phase != "latest" &&
+        phase != "prune")
+      fail("app::fault", str("STRATA_FAULT: phase '", phase, "'"),
+           "allowed: shard, manifest, rename, latest, prune");
     hooks->checkpoint_hook = [step, phase](const char* at, int64_t s) {
       if (s != step || phase != at) return;
       std::fprintf(stderr, "strata: STRATA_FAULT: killed at phase '%s' of the save of step %lld\n", at,

@@ -116,6 +116,27 @@ if [ -x "$(command -v "$mpiexec")" ]; then
   kill_case kill_shard_mpi2 shard 2 2
 fi
 
+# A kill while an old checkpoint is removed (keep = 1: step_2 goes at step 4's save) leaves it as
+# step_2.tmp, never a step_2 with files missing; the resume takes step_4, and its own saves
+# remove the leftover.
+prune_case() {
+  local root="$work/kill_prune" rc got
+  STRATA_FAULT="rank=0,fault=kill,phase=prune,step=4" timeout 300 "$strata" train "${small[@]}" \
+    --set checkpoint.keep=1 --set "checkpoint.dir=$root" --set log.metrics= >"$root.kill.log" 2>&1
+  rc=$?
+  [ $rc -ne 0 ] || { fail "kill_prune: the killed run exited 0"; return; }
+  grep -q "killed at phase 'prune'" "$root.kill.log" || { fail "kill_prune: the hook did not fire"; cat "$root.kill.log"; return; }
+  [ -d "$root/step_2.tmp" ] && [ ! -e "$root/step_2" ] || {
+    fail "kill_prune: want step_2.tmp and no step_2, found: $(ls -a "$root")"; return; }
+  got=$("$strata" checkpoint inspect "$root" --json 2>"$root.inspect.err" | grep -o '"step": *[0-9]*' | grep -o '[0-9]*$')
+  [ "$got" = 4 ] || { fail "kill_prune: newest complete checkpoint is '$got', want 4"; cat "$root.inspect.err"; return; }
+  timeout 300 "$strata" train --resume "$root" --set log.metrics= >"$root.resume.log" 2>&1 || {
+    fail "kill_prune: the resumed run failed"; cat "$root.resume.log"; return; }
+  [ "$(cd "$root" && echo step_*)" = "step_6" ] || { fail "kill_prune: after the resume: $(ls -a "$root")"; return; }
+  echo "ok: kill_prune: killed while step_2 was removed, left step_2.tmp; resumed from step 4; only step_6 is left"
+}
+prune_case
+
 # Tensor parallelism from the command line: a tp 2 run (mpirun -np 2) saves every 2 steps and
 # writes --out; `checkpoint inspect` shows its mesh and verifies it, `checkpoint export` of step 6
 # writes the very safetensors file --out wrote (whole tensors), and one process resumes step_4
