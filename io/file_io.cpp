@@ -248,6 +248,14 @@ int FileIO::open(const FileSpec& spec) {
   for (size_t i = 1; i < spec.paths.size(); ++i) file.description += " + " + spec.paths[i];
   if (striped) file.description += str(" (stripe ", format_bytes(spec.stripe_bytes), ")");
   file.open = true;
+  // A closed file's slot is taken again: a writer that opens a file per save (the checkpoint's)
+  // keeps a list as long as its files open at once, not one entry per file it ever opened.
+  auto slot = std::find_if(st.files.begin(), st.files.end(),
+                           [](const OpenFile& f) { return !f.open; });
+  if (slot != st.files.end()) {
+    *slot = std::move(file);
+    return int(slot - st.files.begin());
+  }
   st.files.push_back(std::move(file));
   return int(st.files.size()) - 1;
 }
@@ -271,8 +279,7 @@ void FileIO::close(int file) {
     if (m.backend_file >= 0) backend_->remove_file(m.backend_file);
     m.backend_file = -1;
   }
-  f.members.clear();
-  f.open = false;
+  f = OpenFile{};  // closed: its slot is free for the next open
 }
 
 void FileIO::sync(int file) {

@@ -126,7 +126,8 @@ class FileIO {
   bool direct() const { return direct_; }  // O_DIRECT requested (a file may still fall back)
   const IoOptions& options() const { return options_; }
 
-  int open(const FileSpec& spec);  // opens and registers; returns the file id
+  // Opens and registers; returns the file id (the id of a closed file is given again).
+  int open(const FileSpec& spec);
   void close(int file);            // nothing may be pending
   // Makes the file's data and size durable (fsync of every member); call after the writes to it
   // have completed. An Error names the path and the system's reason.

@@ -238,6 +238,32 @@ TEST_P(FileIOTest, ReadingPastTheEndIsAnError) {
   EXPECT_EQ(io->pending(), 0u);
 }
 
+// A writer that opens a file per save (the checkpoint's, for the whole run) must not grow the
+// FileIO by an entry per file it ever opened: a closed file's id is given to the next open, and
+// the file open beside it keeps its id and data.
+TEST_P(FileIOTest, AClosedFilesIdIsTakenAgain) {
+  MAKE_OR_SKIP(io);
+  std::string dir = test::fresh_work_dir();
+  const int kept = io->open(FileSpec{{dir + "/kept.bin"}});
+  AlignedBuffer out(64 * KiB), in(64 * KiB);
+  fill_pattern(out.data(), out.size(), 7, 0);
+  io->run(std::vector<IoRequest>{{IoOp::write, kept, 0, out.data(), out.size(), 1}});
+  std::set<int> ids;
+  for (int i = 0; i < 1000; ++i) {
+    const std::string path = dir + "/save_" + std::to_string(i % 3) + ".bin";
+    const int f = io->open(FileSpec{{path}});
+    ids.insert(f);
+    io->run(std::vector<IoRequest>{{IoOp::write, f, 0, out.data(), 4096, 2}});
+    EXPECT_EQ(io->describe(f), path);
+    io->close(f);
+    EXPECT_THROW(io->describe(f), Error) << "a closed id is not open";
+  }
+  EXPECT_EQ(ids.size(), 1u) << "each open took the slot the last close freed";
+  EXPECT_EQ(ids.count(kept), 0u);
+  io->run(std::vector<IoRequest>{{IoOp::read, kept, 0, in.data(), in.size(), 3}});
+  EXPECT_EQ(check_pattern(in.data(), in.size(), 7, 0), -1);
+}
+
 TEST_P(FileIOTest, StripesOverTwoDirectories) {
   MAKE_OR_SKIP(io, 16, 256 * KiB);
   std::string d0 = test::fresh_work_dir("nvme0"), d1 = test::fresh_work_dir("nvme1");
