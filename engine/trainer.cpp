@@ -44,6 +44,44 @@
 namespace strata {
 namespace {
 
+// A resumed run trains the steps after its checkpoint again. The lines an earlier run logged past
+// that step (it ran on after the save, then ended) are dropped before the resumed run appends,
+// and so is a line that is not JSON (cut short by a crash), so that the file holds every step
+// once and in order. The file is replaced atomically, and only when something is dropped.
+void trim_metrics_past(const std::string& path, int64_t step) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return;
+  const std::string text = fileutil::read_file(path, "train::metrics");
+  std::string kept;
+  size_t dropped = 0, begin = 0;
+  bool logged_step = false;
+  while (begin < text.size()) {
+    size_t end = text.find('\n', begin);
+    if (end == std::string::npos) end = text.size();
+    const std::string_view line(text.data() + begin, end - begin);
+    begin = end + 1;
+    if (line.empty()) continue;
+    const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    const bool has_step = j.is_object() && j.contains("step") && j["step"].is_number_integer();
+    if (!has_step || j["step"].get<int64_t>() > step) {
+      ++dropped;
+      continue;
+    }
+    logged_step = logged_step || j["step"].get<int64_t>() == step;
+    kept.append(line);
+    kept += '\n';
+  }
+  if (dropped > 0 || (!text.empty() && text.back() != '\n')) {  // (appends start on a new line)
+    fileutil::write_file_atomic(path, kept, "train::metrics");
+    if (dropped > 0)
+      log_info("train", "log.metrics '", path, "': dropped ", dropped, " line(s) past step ",
+               step, " or not JSON (this run trains those steps again)");
+  }
+  if (!logged_step)
+    log_warn("train", "log.metrics '", path, "' has no line for step ", step, ", the step the ",
+             "checkpoint holds: the run that saved it ended before logging it");
+}
+
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
@@ -357,6 +395,7 @@ struct Trainer::Impl {
           cfg.checkpoint.dir, resume_dir.empty() ? 0 : resume_manifest.step, world.rank() == 0);
     if (world.rank() == 0 && !cfg.log.metrics.empty()) {
       // A resumed run appends: its lines carry the true step numbers after the earlier ones.
+      if (!resume_dir.empty()) trim_metrics_past(cfg.log.metrics, resume_manifest.step);
       WatchedWait w(str("open of metrics file '", cfg.log.metrics, "'"), WaitKind::io,
                     watchdog_context());
       metrics.open(cfg.log.metrics,

@@ -105,7 +105,17 @@ kill_case() {
       exit 1
     fi
   } || { failures=$((failures + 1)); return; }
-  echo "ok: $name: killed at '$phase', resumed from step $want, steps $((want + 1))-6 bit-identical"
+  # Each step is logged once, in order: the resumed run drops the killed run's lines past its
+  # checkpoint before appending (the step the checkpoint holds may lack its line: killed between
+  # the save and the line, which the resumed run then warns about).
+  local steps
+  steps=$(grep -o '"step":[0-9]*' "$root.jsonl" | grep -o '[0-9]*$' | tr '\n' ' ')
+  awk -v s="$steps" 'BEGIN { n = split(s, a, " "); for (i = 2; i <= n; i++) if (a[i] <= a[i-1]) exit 1 }' || {
+    fail "$name: metrics steps not once each in order: $steps"; return; }
+  if [ "$want" = 4 ] && ! grep -q '"step":4[,}]' "$root.jsonl"; then
+    grep -q "has no line for step 4" "$root.resume.log" || { fail "$name: step 4 has no line and no warning"; return; }
+  fi
+  echo "ok: $name: killed at '$phase', resumed from step $want, steps $((want + 1))-6 bit-identical, logged once each"
 }
 
 kill_case kill_shard shard 2
