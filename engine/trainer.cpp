@@ -48,7 +48,9 @@ namespace {
 // that step (it ran on after the save, then ended) are dropped before the resumed run appends,
 // and so is a line that is not JSON (cut short by a crash), so that the file holds every step
 // once and in order. The file is replaced atomically, and only when something is dropped.
-void trim_metrics_past(const std::string& path, int64_t step) {
+// `expect_line`: whether the run logs a line at `step` (log.every, eval.every), else its
+// absence is no loss.
+void trim_metrics_past(const std::string& path, int64_t step, bool expect_line) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) return;
   const std::string text = fileutil::read_file(path, "train::metrics");
@@ -77,7 +79,7 @@ void trim_metrics_past(const std::string& path, int64_t step) {
       log_info("train", "log.metrics '", path, "': dropped ", dropped, " line(s) past step ",
                step, " or not JSON (this run trains those steps again)");
   }
-  if (!logged_step)
+  if (!logged_step && expect_line)
     log_warn("train", "log.metrics '", path, "' has no line for step ", step, ", the step the ",
              "checkpoint holds: the run that saved it ended before logging it");
 }
@@ -395,7 +397,12 @@ struct Trainer::Impl {
           cfg.checkpoint.dir, resume_dir.empty() ? 0 : resume_manifest.step, world.rank() == 0);
     if (world.rank() == 0 && !cfg.log.metrics.empty()) {
       // A resumed run appends: its lines carry the true step numbers after the earlier ones.
-      if (!resume_dir.empty()) trim_metrics_past(cfg.log.metrics, resume_manifest.step);
+      if (!resume_dir.empty()) {
+        const int64_t s = resume_manifest.step;
+        const bool logged = s == 1 || s % cfg.log.every == 0 ||
+                            (cfg.eval.every > 0 && s % cfg.eval.every == 0);
+        trim_metrics_past(cfg.log.metrics, s, logged);
+      }
       WatchedWait w(str("open of metrics file '", cfg.log.metrics, "'"), WaitKind::io,
                     watchdog_context());
       metrics.open(cfg.log.metrics,

@@ -1,9 +1,9 @@
 // apps/strata/cmd_plan.cpp — `strata plan [--config F] [--set k=v]... [--ranks N] [--json]
 // [--auto [--reprobe] [--rates FILE]]`: the bytes each memory tier needs per rank for a config,
 // against each limit, before anything is allocated (engine/plan.h). Prints the table and a
-// verdict; exit status 1 when it does not fit (the verdict's reasons on stderr). With --auto (or "auto" in offload.*), every candidate
-// placement with its bytes per tier and predicted step time (engine/step_model.h), and the
-// fastest that fits; exit status 1 when none fits.
+// verdict; exit status 1 when it does not fit (the failed checks on stderr). With --auto (or
+// "auto" in offload.*), every candidate placement with its bytes per tier and predicted step time
+// (engine/step_model.h), and the fastest that fits; exit status 1 when none fits.
 #include <algorithm>
 #include <cstdio>
 

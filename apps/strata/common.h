@@ -47,8 +47,8 @@ void end_job_if_peers(const std::exception& e);
 // MPI_Finalize), fault=error (throw an Error before step S) or
 // fault=nvme_read_error / nvme_write_error (the (skip+1)-th NVMe read / write of the rank fails
 // with EIO; skip=N, default 0), fault=kill with phase=shard | manifest | rename | latest |
-// prune (SIGKILL at that phase of the save of step S), fault=checkpoint_eio / checkpoint_enospc (the
-// (skip+1)-th write of the rank's checkpoint file fails). Sets options.test_hooks
+// prune (SIGKILL at that phase of the save of step S), fault=checkpoint_eio /
+// checkpoint_enospc (the (skip+1)-th write of the rank's checkpoint file fails). Sets options.test_hooks
 // (engine/test_hooks.h). Used by tests/cli/test_failures.sh; unset, it does nothing.
 void apply_fault_hooks(int rank, TrainerOptions& options);
 
