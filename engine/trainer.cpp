@@ -56,7 +56,7 @@ void trim_metrics_past(const std::string& path, int64_t step, bool expect_line) 
   const std::string text = fileutil::read_file(path, "train::metrics");
   std::string kept;
   size_t dropped = 0, begin = 0;
-  bool logged_step = false;
+  bool has_line_at_step = false;
   while (begin < text.size()) {
     size_t end = text.find('\n', begin);
     if (end == std::string::npos) end = text.size();
@@ -69,7 +69,7 @@ void trim_metrics_past(const std::string& path, int64_t step, bool expect_line) 
       ++dropped;
       continue;
     }
-    logged_step = logged_step || j["step"].get<int64_t>() == step;
+    has_line_at_step = has_line_at_step || j["step"].get<int64_t>() == step;
     kept.append(line);
     kept += '\n';
   }
@@ -79,7 +79,7 @@ void trim_metrics_past(const std::string& path, int64_t step, bool expect_line) 
       log_info("train", "log.metrics '", path, "': dropped ", dropped, " line(s) past step ",
                step, " or not JSON (this run trains those steps again)");
   }
-  if (!logged_step && expect_line)
+  if (!has_line_at_step && expect_line)
     log_warn("train", "log.metrics '", path, "' has no line for step ", step, ", the step the ",
              "checkpoint holds: the run that saved it ended before logging it");
 }
@@ -399,9 +399,7 @@ struct Trainer::Impl {
       // A resumed run appends: its lines carry the true step numbers after the earlier ones.
       if (!resume_dir.empty()) {
         const int64_t s = resume_manifest.step;
-        const bool logged = s == 1 || s % cfg.log.every == 0 ||
-                            (cfg.eval.every > 0 && s % cfg.eval.every == 0);
-        trim_metrics_past(cfg.log.metrics, s, logged);
+        trim_metrics_past(cfg.log.metrics, s, logs_line_at(s));
       }
       WatchedWait w(str("open of metrics file '", cfg.log.metrics, "'"), WaitKind::io,
                     watchdog_context());
@@ -1033,9 +1031,15 @@ struct Trainer::Impl {
                cfg.train.steps);
   }
 
+  // Whether a step logs a metrics line by the schedule alone (log.every, the first and last
+  // steps, eval.every); a step logs one as well when a stop ends the run there.
+  bool logs_line_at(int64_t step) const {
+    return step == 1 || step % cfg.log.every == 0 || step == cfg.train.steps ||
+           (cfg.eval.every > 0 && step % cfg.eval.every == 0);
+  }
+
   bool logged_step(const StepRecord& r) const {
-    return (r.step % cfg.log.every == 0) || r.step == cfg.train.steps || r.step == 1 ||
-           r.eval_loss >= 0 || stopped_by > 0;
+    return logs_line_at(r.step) || r.eval_loss >= 0 || stopped_by > 0;
   }
 
   // Largest device peak over all ranks (collective: every rank calls it on logged steps).
