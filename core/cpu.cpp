@@ -52,7 +52,7 @@ CpuFeatures detect() {
     f.avx512bf16 = f.avx512f && (a & (1u << 5));
   }
   char brand[49] = {0};
-  if (__get_cpuid_max(0x80000000, nullptr) >= 0x80000004) {
+  if (unsigned(__get_cpuid_max(0x80000000, nullptr)) >= 0x80000004u) {  // (int in clang)
     for (unsigned i = 0; i < 3; ++i) {
       __get_cpuid(0x80000002 + i, &a, &b, &c, &d);
       std::memcpy(brand + 16 * i + 0, &a, 4);

@@ -1,8 +1,8 @@
 // apps/strata/common.cpp — shared option handling for the subcommands.
 #include "apps/strata/common.h"
 
-#include <chrono>
 #include <algorithm>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
