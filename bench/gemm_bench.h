@@ -30,10 +30,15 @@ struct GemmBenchOptions {
 // Throws Error on bad options or when validation fails.
 nlohmann::json run_gemm_bench(const GemmBenchOptions& options);
 
-// The f32 GEMM FLOP/s of this machine as strata's training step sees it (MFU's denominator):
-// strata's linear path, best call, on out (2048, 1536) = a (2048, 512) · b^T — the shape of a
-// dim-512 model's MLP up-projection over 2048 tokens (8 × 256), the most common GEMM shape of
-// the reference training run. Validates the path first; uses all threads.
-double measure_gemm_flops(double min_seconds = 0.5);
+// Which call's time a GEMM rate is taken from: the best (a peak, MFU's denominator), or the
+// median (the rate a step's many calls sustain: the step model's; on a 2-core VM the median
+// call ran 10-12 % below the best, and the training step's linear layers at the median's rate).
+enum class GemmRate { best_call, median_call };
+
+// The f32 GEMM FLOP/s of this machine as strata's training step sees it: strata's linear path
+// on out (2048, 1536) = a (2048, 512) · b^T — the shape of a dim-512 model's MLP up-projection
+// over 2048 tokens (8 × 256), the most common GEMM shape of the reference training run — from
+// the best or the median call. Validates the path first; uses all threads.
+double measure_gemm_flops(double min_seconds = 0.5, GemmRate rate = GemmRate::best_call);
 
 }  // namespace strata

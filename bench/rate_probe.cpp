@@ -255,7 +255,7 @@ MachineRates probe_rates(const Config& c, const RateProbeOptions& o) {
   } else {
     auto dev = make_device(DeviceKind::cpu);
     r.device = dev->name();
-    r.gemm_flops = measure_gemm_flops(o.min_seconds);
+    r.gemm_flops = measure_gemm_flops(o.min_seconds, GemmRate::median_call);
     r.attention_flops = measure_attention_flops(*dev, o.min_seconds);
     r.device_mem_gbps = r.adam_gbps;  // the CPU device's AdamW is the CPU AdamW
     const size_t bytes = size_t{64} << 20;

@@ -1,6 +1,6 @@
 // bench/rate_probe.h — measures the rates the step model (engine/step_model.h) needs, in a few
-// seconds, with the benchmarks' own validated code: the GEMM rate (bench/gemm_bench.h on the
-// CPU device, bench/gpu_bench.h's f32 GEMM on CUDA), the device's attention kernels (forward and
+// seconds, with the benchmarks' own validated code: the GEMM rate (bench/gemm_bench.h's median
+// call on the CPU device, bench/gpu_bench.h's f32 GEMM on CUDA), the device's attention kernels (forward and
 // backward at a fixed shape), the CPU AdamW rate (bench/adam_bench.h on
 // 32M parameters), host ⇄ device copies (stream copies; on the CPU device they are host memory
 // copies), and NVMe read and write over offload.nvme_path (bench/io_bench.h, 256M by default),

@@ -28,6 +28,9 @@ constexpr const char* kNvmeRates[] = {"nvme_read_gbps", "nvme_write_gbps", "nvme
                                       "nvme_write_busy_gbps"};
 // CPU seconds of steal per GB beside compute (MachineRates::nvme_steal_s_per_gb); may be 0.
 constexpr const char* kNvmeSteal = "nvme_steal_s_per_gb";
+// The probe's revision, stored in each entry: an entry from an earlier one is measured again.
+// 2: the CPU device's GEMM rate is the median call's, no longer the best call's (10-12 % above).
+constexpr int kProbeRevision = 2;
 
 // A damaged entry: --reprobe measures it again and replaces it (store_rates reads the rest).
 [[noreturn]] void corrupt(const std::string& path, const std::string& what) {
@@ -123,8 +126,12 @@ std::optional<MachineRates> load_rates(const std::string& path, const std::strin
   if (j.is_null() || !j["machines"].contains(stored_key)) return std::nullopt;
   const nlohmann::json& e = j["machines"][stored_key];
   if (!e.is_object()) corrupt(path, str("the entry \"", key, "\" is not an object"));
-  // An entry from a strata that did not measure attention yet: measured again, and replaced.
+  // An entry from a strata that did not measure attention yet, or measured a rate otherwise
+  // (an earlier probe revision): measured again, and replaced.
   if (!e.contains("attention_flops")) return std::nullopt;
+  if (!e.contains("probe") || !e["probe"].is_number_integer() ||
+      e["probe"].get<int64_t>() < kProbeRevision)
+    return std::nullopt;
   for (const char* name : {"device", "nvme"})
     if (e.contains(name) && !e[name].is_string())
       corrupt(path, str("the entry \"", key, "\" has ", name, " = ", e[name].dump(),
@@ -183,7 +190,7 @@ void store_rates(const std::string& path, const std::string& key, const MachineR
                       {"adam_gbps", r.adam_gbps},
                       {"device_mem_gbps", r.device_mem_gbps}, {"h2d_gbps", r.h2d_gbps},
                       {"d2h_gbps", r.d2h_gbps},       {"cpu_threads", r.cpu_threads},
-                      {"measured_at", r.measured_at}};
+                      {"measured_at", r.measured_at}, {"probe", kProbeRevision}};
   if (r.comm_gbps > 0) e["comm_gbps"] = r.comm_gbps;
   if (!r.nvme.empty()) {
     e["nvme_read_gbps"] = r.nvme_read_gbps;

@@ -674,6 +674,26 @@ TEST(RateCache, EntryWithoutTheAttentionRateIsMeasuredAgain) {
   EXPECT_EQ(load_rates(path, key)->attention_flops, 100e9);
 }
 
+// Nor an entry an earlier probe measured (before the CPU's GEMM rate was its median call's: the
+// best call's ran 10-12 % above what a step's linear layers sustain).
+TEST(RateCache, EntryOfAnEarlierProbeIsMeasuredAgain) {
+  const std::string path = scratch_dir() + "/rates.json";
+  const std::string key = rate_cache_key("test gpu", "259:1 /mnt (ext4)");
+  store_rates(path, key, rates());
+  ASSERT_TRUE(load_rates(path, key).has_value());
+  const std::string stored = strata::test::read_bytes(path);
+  const size_t at = stored.find("\"probe\": 2");
+  ASSERT_NE(at, std::string::npos) << stored;
+  for (const char* older : {"\"probe\": 1", "\"probe\": \"2\"", "\"probe0\": 2"}) {
+    std::string text = stored;
+    text.replace(at, std::string("\"probe\": 2").size(), older);
+    write_bytes(path, text);
+    EXPECT_FALSE(load_rates(path, key).has_value()) << text;
+  }
+  store_rates(path, key, rates());  // replaced by the new measurement
+  ASSERT_TRUE(load_rates(path, key).has_value());
+}
+
 // Nor the NVMe rates beside compute: an entry from before they were measured is measured again.
 TEST(RateCache, EntryWithoutTheBusyNvmeRatesIsMeasuredAgain) {
   const std::string path = scratch_dir() + "/rates.json";
