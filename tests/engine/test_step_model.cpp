@@ -377,6 +377,29 @@ TEST(StepModel, CpuDeviceCopiesAddToThePass) {
   EXPECT_EQ(predict_step(c, 1, cpu, r).bottleneck, "host-device copies");
 }
 
+// On the CPU device a bf16 compute copy is cast to f32 into each gather's slot, on every tier
+// (the device's own shards too): its bytes read and twice as many written, charged as a copy of
+// 1.5 times its bytes on the compute's cores. A GPU's f32 copy of the same placement is not.
+TEST(StepModel, CpuDeviceCastsABf16ComputeCopyInEveryGather) {
+  const MachineRates r = rates();
+  for (Tier params : {Tier::device, Tier::host}) {
+    SCOPED_TRACE(std::string(tier_name(params)));
+    Config c = placed(small(""), params, params);
+    c.train.precision = Precision::bf16;
+    double padded = 0;
+    const LlamaModel model(c.model, 1);
+    for (const auto& u : model.units()) padded += double(u.layout.padded_numel());
+    const double gathers = c.zero.reshard_after_forward ? 2 : 1;  // forward, and backward
+    const StepPrediction on_cpu = predict_step(c, 1, cpu_machine(), r);
+    EXPECT_NEAR(on_cpu.copy_ms, 1.5 * gathers * padded * 2 / (r.h2d_gbps * 1e9) * 1e3, 1e-9);
+    EXPECT_NEAR(on_cpu.forward_ms + on_cpu.backward_ms, on_cpu.compute_ms + on_cpu.copy_ms, 1e-9);
+    c.train.precision = Precision::fp32;  // f32 on the device's own shards: nothing to gather
+    if (params == Tier::device) {
+      EXPECT_EQ(predict_step(c, 1, cpu_machine(), r).copy_ms, 0);
+    }
+  }
+}
+
 // One rank and one micro-batch on the CPU device: the backward accumulates into the host
 // gradient shard itself (Placement::aliased_grads), so no gradient is copied; a GPU copies each
 // unit's gradient to the host once.
