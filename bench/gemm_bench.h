@@ -31,8 +31,8 @@ struct GemmBenchOptions {
 nlohmann::json run_gemm_bench(const GemmBenchOptions& options);
 
 // Which call's time a GEMM rate is taken from: the best (a peak, MFU's denominator), or the
-// median (the rate a step's many calls sustain: the step model's; on a 2-core VM the median
-// call ran 10-12 % below the best, and the training step's linear layers at the median's rate).
+// median (the step model's, nearer what a step's many calls sustain: on a 2-core VM the median
+// call ran 5-8 % below the best, and a training step's linear layers 6-11 % below the median).
 enum class GemmRate { best_call, median_call };
 
 // The f32 GEMM FLOP/s of this machine as strata's training step sees it: strata's linear path

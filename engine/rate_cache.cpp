@@ -29,7 +29,7 @@ constexpr const char* kNvmeRates[] = {"nvme_read_gbps", "nvme_write_gbps", "nvme
 // CPU seconds of steal per GB beside compute (MachineRates::nvme_steal_s_per_gb); may be 0.
 constexpr const char* kNvmeSteal = "nvme_steal_s_per_gb";
 // The probe's revision, stored in each entry: an entry from an earlier one is measured again.
-// 2: the CPU device's GEMM rate is the median call's, no longer the best call's (10-12 % above).
+// 2: the CPU device's GEMM rate is the median call's, no longer the best call's (5-8 % above).
 constexpr int kProbeRevision = 2;
 
 // A damaged entry: --reprobe measures it again and replaces it (store_rates reads the rest).

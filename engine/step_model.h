@@ -76,7 +76,7 @@ struct MachineRates {
   std::string device;          // the device they were measured on (Device::name())
   std::string nvme;            // the file systems of offload.nvme_path, or "" (rate_cache.h)
   double gemm_flops = 0;       // GEMM FLOP/s of strata's linear path as the config runs it
-                               // (CPU device: the median call's, what a step sustains; f32;
+                               // (CPU device: the median call's, nearer what a step sustains; f32;
                                // on CUDA with bf16 operands under train.matmul_precision)
   double attention_flops = 0;  // the device's causal attention, forward and backward, counted as
                                // LlamaModel::attention_flops_per_token counts it (CUDA: f32 on

@@ -698,7 +698,7 @@ TEST(RateCache, EntryWithoutTheAttentionRateIsMeasuredAgain) {
 }
 
 // Nor an entry an earlier probe measured (before the CPU's GEMM rate was its median call's: the
-// best call's ran 10-12 % above what a step's linear layers sustain).
+// best call's ran 5-8 % above the median, which a step's linear layers do not exceed).
 TEST(RateCache, EntryOfAnEarlierProbeIsMeasuredAgain) {
   const std::string path = scratch_dir() + "/rates.json";
   const std::string key = rate_cache_key("test gpu", "259:1 /mnt (ext4)");
