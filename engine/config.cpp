@@ -1086,12 +1086,17 @@ void validate(const Config& c) {
     std::filesystem::path p = std::filesystem::path(d).lexically_normal();
     return p.has_filename() || p.parent_path().empty() ? p : p.parent_path();  // "a/" as "a"
   };
-  for (size_t i = 0; i < o.nvme_path.size(); ++i)
+  for (size_t i = 0; i < o.nvme_path.size(); ++i) {
+    if (o.nvme_path[i].empty())
+      fail(kWhere, str("offload.nvme_path's entry ", i + 1, " of ", o.nvme_path.size(),
+                       " is an empty folder name"),
+           "name a folder on each NVMe device, e.g. nvme_path = [\"/mnt/nvme0\"]");
     for (size_t j = 0; j < i; ++j)
       if (normal(o.nvme_path[i]) == normal(o.nvme_path[j]))
         fail(kWhere, str("offload.nvme_path names '", o.nvme_path[j], "' twice"),
-             "give each NVMe device's folder once: two stripes on one disk gain nothing, and the "
-             "plan would count its free space twice");
+             "give each NVMe device's folder once: two stripes on one disk gain nothing (a "
+             "second folder or a symlink on the same disk shares its free space)");
+  }
   if (o.optimizer_host_bytes && !o.optimizer.automatic && o.optimizer != Tier::nvme)
     fail(kWhere,
          str("offload.optimizer_host_bytes = ", format_bytes(o.optimizer_host_bytes),
@@ -1241,7 +1246,9 @@ std::string config_reference_markdown() {
   out += "- `offload.grads` can never be `\"nvme\"`; when `offload.optimizer` is off the "
          "device, gradients live in host memory whatever `offload.grads` says.\n";
   out += "- `offload.params = \"nvme\"` or `offload.optimizer = \"nvme\"` needs "
-         "`offload.nvme_path`.\n";
+         "`offload.nvme_path`, whose folders are named once each and never empty (`strata "
+         "plan` checks the swap files against each file system's free space once, however "
+         "many of the folders are on it).\n";
   out += "- `offload.optimizer_host_bytes > 0` needs `offload.optimizer = \"nvme\"` (or "
          "`\"auto\"`).\n";
   out += "- `eval.every > 0` needs `eval.batches >= 1`.\n";

@@ -52,6 +52,8 @@ struct MemoryPlan {
   // The checks that fail, one clause each: "device memory per rank needs 3 GiB but
   // offload.device_mem_limit allows 2 GiB; ..." (empty when the run fits).
   std::string failed_checks() const;
+  // What to change (kDoesNotFitHint; where the NVMe swap does not fit, its folders first).
+  std::string hint() const;
   std::string table() const;  // rows, per-tier totals and every check with its verdict
 };
 

@@ -522,7 +522,7 @@ struct Trainer::Impl {
     MemoryPlan plan = plan_memory(cfg, dp, machine, stage);
     if (!plan.fits())
       fail("train::plan", str("the run does not fit: ", plan.failed_checks(), "\n", plan.table()),
-           str(kDoesNotFitHint, " (`strata plan` prints this table)"));
+           str(plan.hint(), " (`strata plan` prints this table)"));
     compute = device->make_stream("compute");
     comm = device->make_stream("comm");
     reduce = device->make_stream("reduce");

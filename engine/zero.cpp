@@ -90,6 +90,11 @@ int read_ahead_buffers(const LlamaModel& model, const Placement& p) {
   return p.read_ahead_buffers(shard, kShardAlignElems, chunks);
 }
 
+uint64_t nvme_swap_bytes(const LlamaModel& model, uint64_t nvme_bytes, size_t dirs,
+                         uint64_t stripe_bytes) {
+  return swap_capacity(nvme_bytes, uint64_t(model.num_units()) * 4, dirs, stripe_bytes);
+}
+
 uint64_t read_ahead_bytes(const LlamaModel& model, const Placement& p) {
   return uint64_t(read_ahead_buffers(model, p)) * p.chunk_bytes(max_shard(model), kShardAlignElems);
 }
@@ -216,7 +221,7 @@ ZeroEngine::Impl::Impl(const LlamaModel& model, Device& device, Communicator& dp
                                    opt_.test_hooks ? &opt_.test_hooks->io_faults : nullptr);
     SwapSpaceOptions so;
     so.dirs = opt_.nvme_path;
-    so.capacity_bytes = need + uint64_t(model.num_units()) * 4 * opt_.io_stripe_size;
+    so.capacity_bytes = nvme_swap_bytes(model, need, opt_.nvme_path.size(), opt_.io_stripe_size);
     so.stripe_bytes = opt_.io_stripe_size;
     so.name = str("rank", opt_.world_rank >= 0 ? opt_.world_rank : dp.rank());
     swap_ = std::make_unique<SwapSpace>(*io_, so);

@@ -95,6 +95,11 @@ int read_ahead_buffers(const LlamaModel& model, const Placement& placement);
 int optimizer_host_units(const LlamaModel& model, const Placement& placement);
 uint64_t optimizer_host_elems(const LlamaModel& model, const Placement& placement);
 uint64_t read_ahead_bytes(const LlamaModel& model, const Placement& placement);  // their bytes
+// The NVMe swap space one rank allocates for `nvme_bytes` of its shards over `dirs` directories
+// of offload.nvme_path (offload/swap_space.h's swap_capacity, four extents a unit: master, m, v
+// and the compute copy); the engine allocates this and the plan checks it.
+uint64_t nvme_swap_bytes(const LlamaModel& model, uint64_t nvme_bytes, size_t dirs,
+                         uint64_t stripe_bytes);
 
 // One rank's pinned staging pools under offload.pinned_mem_limit: the engine allocates these and
 // the plan counts them, from this one reckoning.

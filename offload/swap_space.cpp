@@ -31,6 +31,16 @@ struct CreatedFiles {
 
 }  // namespace
 
+uint64_t swap_capacity(uint64_t bytes, uint64_t extents, size_t dirs, uint64_t stripe_bytes) {
+  const uint64_t slack = dirs > 1 ? stripe_bytes : uint64_t{1} << 20;
+  return checked_add(bytes, checked_mul(extents, slack, "swap capacity"), "swap capacity");
+}
+
+uint64_t swap_file_share(uint64_t capacity, size_t dirs, uint64_t stripe_bytes) {
+  if (dirs <= 1) return round_up(capacity, 4096);
+  return round_up(capacity, checked_mul(stripe_bytes, dirs, "swap share")) / dirs;
+}
+
 SwapSpace::SwapSpace(FileIO& io, SwapSpaceOptions options) : io_(io), options_(std::move(options)) {
   const auto& dirs = options_.dirs;
   if (dirs.empty())
@@ -42,9 +52,7 @@ SwapSpace::SwapSpace(FileIO& io, SwapSpaceOptions options) : io_(io), options_(s
          str("stripe size ", options_.stripe_bytes, " is not a positive multiple of 4096"),
          "set io.stripe_size to e.g. 1M");
   const uint64_t n = dirs.size();
-  // Each file's share: whole stripes when striped, else the capacity rounded up to 4K.
-  uint64_t share = n == 1 ? round_up(options_.capacity_bytes, 4096)
-                          : round_up(options_.capacity_bytes, options_.stripe_bytes * n) / n;
+  const uint64_t share = swap_file_share(options_.capacity_bytes, n, options_.stripe_bytes);
 
   // Free space, per file system (several directories may share one).
   struct Fs {

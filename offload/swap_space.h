@@ -35,6 +35,15 @@ struct SwapSpaceOptions {
   std::string name = "swap";           // files are <dir>/strata-<pid>-<name>-<i>.swap
 };
 
+// The logical capacity a SwapSpace over `dirs` directories needs for `extents` extents of
+// `bytes` in all: each extent may lose up to one alignment to rounding — a stripe where several
+// directories stripe the space, else 1 MiB (the granule, max(4096, the files' direct-I/O
+// alignment), is far less). The engine sizes its swap space so, and `strata plan` checks it.
+uint64_t swap_capacity(uint64_t bytes, uint64_t extents, size_t dirs, uint64_t stripe_bytes);
+// The bytes each directory's file takes for `capacity`: whole stripes when several, else the
+// capacity rounded up to 4 KiB.
+uint64_t swap_file_share(uint64_t capacity, size_t dirs, uint64_t stripe_bytes);
+
 struct SwapExtent {
   uint64_t offset = 0;  // in the logical space
   uint64_t bytes = 0;   // as allocated (rounded up to the granule)

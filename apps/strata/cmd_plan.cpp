@@ -95,7 +95,7 @@ void register_plan(CLI::App& app) {
                str("the run does not fit",
                    cfg.parallel.pp > 1 ? str(" (stage ", q.stage, ")") : std::string(), ": ",
                    q.failed_checks()),
-               str(kDoesNotFitHint, "; `strata plan --auto` lists the placements that fit"));
+               str(q.hint(), "; `strata plan --auto` lists the placements that fit"));
     };
     // "embedding + blocks 0-3", "blocks 4-7 + head": a stage's units in words.
     auto units_text = [&](const StageUnits& u) {

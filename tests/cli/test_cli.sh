@@ -63,6 +63,11 @@ expect_error "rm '$work/rates.json'" train --set offload.optimizer=auto --rates 
 expect_error "for the rate cache" plan --auto --rates "$work/a_file/no/such/rates.json"
 # bench sweep checks --out before its minutes of training.
 expect_error "--out"              bench sweep --out "$work/no/such/folder/p"
+# The plan refuses what the engine would: a read-ahead below one chunk, an unusable NVMe folder.
+expect_error "raise offload.optimizer_read_ahead" plan --set offload.optimizer=nvme \
+  --set offload.nvme_path="$work/nv" --set offload.optimizer_read_ahead=1
+expect_error "point offload.nvme_path at writable folders" plan --set offload.optimizer=nvme \
+  --set offload.nvme_path="$work/a_file"
 # The update pattern is not swept (and nothing is written: the check comes first).
 expect_error "drop --pattern update" bench io --dir "$work/io" --sweep --pattern update
 # bench comm checks its largest buffers against the memory before allocating them.

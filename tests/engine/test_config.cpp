@@ -189,6 +189,13 @@ TEST(Config, NvmePathNamesEachFolderOnce) {
   EXPECT_EQ(load_config("", {"offload.nvme_path=/mnt/a,/mnt/ab"}).offload.nvme_path.size(), 2u);
 }
 
+// An empty folder name in a config file is refused at load, not at the first swap file (the
+// plan counted the current folder's space for it).
+TEST(Config, NvmePathHasNoEmptyFolderName) {
+  EXPECT_ERROR_HAS(load_text("[offload]\nnvme_path = [\"/mnt/a\", \"\"]\n"),
+                   "offload.nvme_path's entry 2 of 2 is an empty folder name");
+}
+
 TEST(Config, ParallelTimeout) {
   EXPECT_EQ(Config{}.parallel.timeout, 600.0);
   EXPECT_EQ(load_config("", {"parallel.timeout=30.5"}).parallel.timeout, 30.5);

@@ -1017,7 +1017,9 @@ TEST(Offload, ReadAheadFillsItsBudgetBeforeTheNorm) {
     EXPECT_GE(r.traffic.read_ahead_bytes, want) << "step " << r.step;
 
   c.offload.optimizer_read_ahead = 3 * c.offload.optimizer_chunk - 1;
-  EXPECT_ERROR_HAS(run(c), "offload.optimizer_read_ahead", "holds no whole chunk");
+  // (the plan refuses it before the engine would: "holds no whole chunk")
+  EXPECT_ERROR_HAS(run(c), "[train::plan]", "a whole chunk of master, m and v", "needs 48K",
+                   "offload.optimizer_read_ahead allows");
 }
 
 // offload.optimizer_host_bytes: the kept units' states never touch NVMe — each step reads and

@@ -11,6 +11,7 @@
 #include "engine/rate_cache.h"
 #include "engine/step_model.h"
 #include "engine/zero.h"
+#include "offload/swap_space.h"
 #include "tests/engine/test_util.h"
 
 using namespace strata;
@@ -252,6 +253,67 @@ TEST(StepModel, RefusalListsTheLimitsOfEveryCandidate) {
   EXPECT_EQ(listed("offload.pinned_mem_limit"), 1);
   EXPECT_EQ(listed("free space in " + c.offload.nvme_path[0]), 1);
   EXPECT_ERROR_HAS(chosen_placement(plan), "offload.pinned_mem_limit", "free space in");
+}
+
+// The plan checks the NVMe swap the engine creates (nvme_swap_bytes, swap_file_share), per file
+// system: two folders of one disk (one of them a symlink to the other) share its free space, and
+// a stripe size matters only where several folders stripe the space.
+TEST(StepModel, PlanChecksTheSwapFilesPerFileSystem) {
+  const std::string dir = scratch_dir();
+  std::filesystem::create_directories(dir + "/a");
+  std::filesystem::create_directory_symlink(dir + "/a", dir + "/link");
+  Config c = placed(small(dir + "/a"), Tier::nvme, Tier::nvme);
+  const MemoryPlan one = plan_memory(c, 1, cpu_machine());
+  const LlamaModel model(c.model, 1);
+  const uint64_t nvme = one.tier_bytes("nvme");
+  auto swap_checks = [](const MemoryPlan& p) {
+    std::vector<PlanCheck> out;
+    for (const auto& k : p.checks)
+      if (k.what.rfind("NVMe swap", 0) == 0) out.push_back(k);
+    return out;
+  };
+  ASSERT_EQ(swap_checks(one).size(), 1u);
+  EXPECT_EQ(swap_checks(one)[0].need, swap_file_share(nvme_swap_bytes(model, nvme, 1, 1 << 20), 1, 1 << 20));
+  c.io.stripe_size = 8ull << 30;  // one folder: no stripes, the same files
+  EXPECT_EQ(swap_checks(plan_memory(c, 1, cpu_machine()))[0].need, swap_checks(one)[0].need);
+  c.offload.nvme_path = {dir + "/a", dir + "/link"};
+  c.io.stripe_size = 1 << 20;
+  const auto two = swap_checks(plan_memory(c, 1, cpu_machine()));
+  ASSERT_EQ(two.size(), 1u);  // one file system
+  EXPECT_EQ(two[0].limit, swap_checks(one)[0].limit);  // its free space, counted once
+  EXPECT_EQ(two[0].need, 2 * swap_file_share(nvme_swap_bytes(model, nvme, 2, 1 << 20), 2, 1 << 20));
+  EXPECT_NE(two[0].limit_name.find(dir + "/link"), std::string::npos);
+  c.offload.nvme_path = {dir + "/a", "/proc/strata-no-such-folder"};  // not on a disk: its own check
+  const MemoryPlan bad = plan_memory(c, 1, cpu_machine());
+  ASSERT_EQ(swap_checks(bad).size(), 2u);
+  EXPECT_EQ(swap_checks(bad)[1].limit, 0u);
+  EXPECT_NE(bad.failed_checks().find("not on a disk"), std::string::npos);
+  EXPECT_NE(bad.hint().find("offload.nvme_path"), std::string::npos);
+  EXPECT_EQ(one.hint(), kDoesNotFitHint);
+}
+
+// A read-ahead too small for one whole chunk, which the engine refuses: the plan refuses it too,
+// naming the chunk it needs; 0 and a whole chunk pass.
+TEST(StepModel, PlanRefusesAReadAheadBelowOneChunk) {
+  Config c = placed(small(scratch_dir()), Tier::host, Tier::nvme);
+  auto ahead_check = [](const MemoryPlan& p) -> const PlanCheck* {
+    for (const auto& k : p.checks)
+      if (k.limit_name == "offload.optimizer_read_ahead") return &k;
+    return nullptr;
+  };
+  c.offload.optimizer_read_ahead = 1;
+  const MemoryPlan tiny = plan_memory(c, 1, cpu_machine());
+  ASSERT_NE(ahead_check(tiny), nullptr);
+  EXPECT_FALSE(tiny.fits());
+  const uint64_t chunk = ahead_check(tiny)->need;
+  EXPECT_GT(chunk, 1u);
+  EXPECT_NE(tiny.hint().find("raise offload.optimizer_read_ahead"), std::string::npos);
+  c.offload.optimizer_read_ahead = 0;
+  EXPECT_EQ(ahead_check(plan_memory(c, 1, cpu_machine())), nullptr);
+  c.offload.optimizer_read_ahead = chunk;
+  const MemoryPlan whole = plan_memory(c, 1, cpu_machine());
+  EXPECT_EQ(ahead_check(whole), nullptr);
+  EXPECT_TRUE(whole.fits()) << whole.failed_checks();
 }
 
 TEST(StepModel, BytesPerStepFollowTheTuningTable) {
