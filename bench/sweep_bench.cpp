@@ -73,9 +73,29 @@ nlohmann::json run_sweep(Communicator& world, const SweepOptions& o) {
   if (base.train.steps < 2)
     fail("bench::sweep", "train.steps must be at least 2 (the first step is warm-up)");
   std::vector<SweepPlacement> placements;
-  for (const auto& s : o.placements) placements.push_back(parse_placement(s));
+  for (const auto& s : o.placements) {
+    placements.push_back(parse_placement(s));
+    const SweepPlacement& p = placements.back();
+    for (size_t i = 0; i + 1 < placements.size(); ++i)
+      if (placements[i].params == p.params && placements[i].optimizer == p.optimizer &&
+          placements[i].grads == p.grads)
+        fail("bench::sweep", str("placement '", p.name, "' is listed twice (as '", placements[i].name,
+                                 "' too): its rows would run the same configuration twice"),
+             "list each placement once (--both-orders adds the serial order of each)");
+  }
   bool any_nvme = false;
   for (const auto& p : placements) any_nvme |= p.params == Tier::nvme || p.optimizer == Tier::nvme;
+  // Checked before any row runs: an NVMe row's prediction and io bound need the measured rates.
+  if (any_nvme && o.io_bench_bytes < base.io.block_size)
+    fail("bench::sweep",
+         o.io_bench_bytes ? str("--io-bytes ", format_bytes(o.io_bench_bytes), " is less than one "
+                                "io.block_size (", format_bytes(base.io.block_size), "): the NVMe "
+                                "rates, which NVMe placements' predictions and io bound need, "
+                                "cannot be measured with it")
+                          : std::string("--io-bytes 0 skips the NVMe rate measurement, which NVMe "
+                                        "placements' predictions and io bound need"),
+         "give --io-bytes at least the NVMe bytes a step moves, e.g. --io-bytes 4G (on a virtual "
+         "disk smaller passes can be served from the host's cache: docs/tuning.md)");
   if (any_nvme && base.offload.nvme_path.empty())
     fail("bench::sweep", "an NVMe placement needs offload.nvme_path", "--set offload.nvme_path=DIR");
 

@@ -36,7 +36,8 @@ void register_bench_sweep(CLI::App& bench) {
   cmd->add_option("--out", args->options.out_prefix, "write PREFIX.json, PREFIX.csv and PREFIX.svg");
   cmd->add_option("--io-bytes", args->io_bytes,
                   "bytes of each pass of the NVMe rate measurement: 3 pairs of passes, idle and "
-                  "beside compute (0: skip)")
+                  "beside compute (at least io.block_size with NVMe placements; 0: none, "
+                  "without them)")
       ->capture_default_str();
   cmd->add_option("--render", args->render, "re-render a saved PREFIX.json as CSV and SVG under --out");
   cmd->add_flag("--json", args->json, "print one JSON object on stdout");

@@ -63,6 +63,11 @@ expect_error "rm '$work/rates.json'" train --set offload.optimizer=auto --rates 
 expect_error "for the rate cache" plan --auto --rates "$work/a_file/no/such/rates.json"
 # bench sweep checks --out before its minutes of training.
 expect_error "--out"              bench sweep --out "$work/no/such/folder/p"
+# ... and its placements: one listed twice, or NVMe ones whose rates --io-bytes cannot measure.
+expect_error "listed twice"       bench sweep --placements host:host,device:device,host:host
+expect_error "--io-bytes 0 skips" bench sweep --placements nvme:nvme --set offload.nvme_path="$work/nv" --io-bytes 0
+expect_error "less than one io.block_size" bench sweep --placements host:nvme \
+  --set offload.nvme_path="$work/nv" --io-bytes 4K
 # The plan refuses what the engine would: a read-ahead below one chunk, an unusable NVMe folder.
 expect_error "raise offload.optimizer_read_ahead" plan --set offload.optimizer=nvme \
   --set offload.nvme_path="$work/nv" --set offload.optimizer_read_ahead=1
