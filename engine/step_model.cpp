@@ -420,9 +420,15 @@ const PlacementCandidate& chosen_placement(const AutoPlan& plan) {
   for (const auto& k : plan.candidates) what += str("\n  ", k.name(), ": ", k.why_not);
   what += "\n  limits:";
   for (const auto& l : plan.limits) what += "\n    " + l;
+  // NVMe candidates exist only with offload.nvme_path: then its space is what to add.
+  bool nvme = false;
+  for (const auto& k : plan.candidates)
+    nvme |= k.params == Tier::nvme || k.optimizer == Tier::nvme;
   throw Error("plan::auto", what,
-              {"raise offload.device_mem_limit or offload.pinned_mem_limit, add offload.nvme_path "
-               "(NVMe placements), use train.precision = \"bf16\" or more data-parallel ranks"});
+              {str("raise offload.device_mem_limit or offload.pinned_mem_limit, ",
+                   nvme ? "free space under offload.nvme_path or add folders on other disks to it"
+                        : "add offload.nvme_path (NVMe placements)",
+                   ", use train.precision = \"bf16\" or more data-parallel ranks")});
 }
 
 }  // namespace strata

@@ -368,6 +368,15 @@ struct Trainer::Impl {
     watchdog_set_timeout(cfg.parallel.timeout);
     watchdog_set_step(-1);
     watchdog_set_phase("setup");
+    // A read-ahead set where it cannot apply is not an error (one config serves several
+    // placements, as `strata bench sweep` runs them), but it is said, not dropped in silence.
+    if (world.rank() == 0 && cfg.offload.optimizer_read_ahead &&
+        (cfg.offload.optimizer != Tier::nvme || !cfg.offload.overlap_optimizer))
+      log_warn("train", "offload.optimizer_read_ahead = ",
+               format_bytes(cfg.offload.optimizer_read_ahead), " is not used: it reads NVMe ",
+               "optimizer states ahead of an overlapped step, and here offload.optimizer = \"",
+               tier_name(cfg.offload.optimizer), "\"",
+               cfg.offload.optimizer == Tier::nvme ? " with offload.overlap_optimizer = false" : "");
     // Files this run writes are opened first, so that a bad path fails before any collective
     // (and, on another rank, ends the job through the caller: see apps/strata/main.cpp).
     if (!opt.resume.empty()) {

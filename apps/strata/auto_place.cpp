@@ -123,6 +123,11 @@ Config resolve_auto_placement(const Config& cfg, Communicator& world, const Auto
                   k.name().c_str(), k.prediction.step_ms, k.prediction.bottleneck.c_str(),
                   rates_text(rl.rates).c_str());
       std::fflush(stdout);
+      if (cfg.offload.optimizer_host_bytes && k.optimizer != Tier::nvme)
+        std::printf("auto placement: offload.optimizer_host_bytes = %s is not used: it keeps part "
+                    "of an NVMe optimizer in host memory, and the optimizer goes to %s\n",
+                    format_bytes(cfg.offload.optimizer_host_bytes).c_str(),
+                    std::string(tier_name(k.optimizer)).c_str());
       tiers[0] = int32_t(k.params), tiers[1] = int32_t(k.grads), tiers[2] = int32_t(k.optimizer);
       tiers[3] = int32_t(uint32_t(k.optimizer_host_bytes >> 32));
       tiers[4] = int32_t(uint32_t(k.optimizer_host_bytes));

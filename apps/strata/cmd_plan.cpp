@@ -14,6 +14,7 @@
 #include "apps/strata/common.h"
 #include "core/cpu.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "core/size.h"
 #include "engine/pipeline.h"
 #include "engine/plan.h"
@@ -49,6 +50,10 @@ void register_plan(CLI::App& app) {
     if (dp < 1 || dp * model_parallel != args->ranks)
       fail("plan::args", str("--ranks ", args->ranks, " is not dp × tp × pp for this config"));
     const PlanMachine machine = plan_machine(cfg, args->ranks);
+    if (!args->automatic && !cfg.offload.any_auto() &&
+        (args->auto_args.reprobe || !args->auto_args.rates_path.empty()))
+      log_warn("plan", "--rates and --reprobe are for --auto (or an offload tier set to \"auto\"); "
+               "this plan reads no rates");
     if (args->automatic || cfg.offload.any_auto()) {
       const RatesLookup rl = rates_for(cfg, args->auto_args.rates_path, args->auto_args.reprobe,
                                        [](const std::string& path) {

@@ -73,6 +73,16 @@ expect_error "raise offload.optimizer_read_ahead" plan --set offload.optimizer=n
   --set offload.nvme_path="$work/nv" --set offload.optimizer_read_ahead=1
 expect_error "point offload.nvme_path at writable folders" plan --set offload.optimizer=nvme \
   --set offload.nvme_path="$work/a_file"
+# Settings that cannot apply are said, not dropped in silence (the run goes on): a read-ahead
+# with the optimizer on the device, --rates without an "auto" tier (and no rate file written).
+out=$("$strata" train --set model.n_layers=1 --set train.steps=1 --set eval.batches=0 \
+  --set log.metrics= --set offload.optimizer_read_ahead=1G --rates "$work/unused_rates.json" 2>&1)
+rc=$?
+if [ $rc -ne 0 ] || ! grep -q 'offload.optimizer_read_ahead = 1G is not used' <<<"$out" ||
+   ! grep -q 'this run reads no rates' <<<"$out" || [ -e "$work/unused_rates.json" ]; then
+  echo "FAIL: train with settings that cannot apply exited $rc or did not say so: $out"
+  failures=$((failures + 1))
+fi
 # The update pattern is not swept (and nothing is written: the check comes first).
 expect_error "drop --pattern update" bench io --dir "$work/io" --sweep --pattern update
 # bench comm checks its largest buffers against the memory before allocating them.

@@ -253,6 +253,8 @@ TEST(StepModel, RefusalListsTheLimitsOfEveryCandidate) {
   EXPECT_EQ(listed("offload.pinned_mem_limit"), 1);
   EXPECT_EQ(listed("free space in " + c.offload.nvme_path[0]), 1);
   EXPECT_ERROR_HAS(chosen_placement(plan), "offload.pinned_mem_limit", "free space in");
+  // offload.nvme_path is set: the hint asks for its space, not for the key
+  EXPECT_ERROR_HAS(chosen_placement(plan), "free space under offload.nvme_path");
 }
 
 // The plan checks the NVMe swap the engine creates (nvme_swap_bytes, swap_file_share), per file
