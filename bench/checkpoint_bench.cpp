@@ -39,8 +39,8 @@ nlohmann::json run_checkpoint_bench(const CheckpointBenchOptions& o) {
   IoBenchOptions io;
   io.dirs = {o.dir};
   io.size_bytes = o.io_size_bytes ? o.io_size_bytes : std::max<uint64_t>(file_bytes, 1ull << 30);
-  io.size_bytes = (io.size_bytes + (1u << 20) - 1) / (1u << 20) * (1u << 20);
   io.block_bytes = cfg.io.block_size;
+  io.size_bytes = round_up(io.size_bytes, io.block_bytes);  // whole blocks
   io.queue_depth = cfg.io.queue_depth;
   io.submit_batch = cfg.io.submit_batch;
   io.backend = cfg.io.backend;

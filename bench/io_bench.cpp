@@ -171,10 +171,16 @@ nlohmann::json run_io_bench(const IoBenchOptions& o) {
     fail("bench::io", str("queue depth ", o.queue_depth, " is out of range 1..65535"));
   if (o.block_bytes < kSector || o.block_bytes % kSector)
     fail("bench::io", str("block size ", o.block_bytes, " is not a multiple of 4K"));
-  uint64_t nblocks = o.size_bytes / o.block_bytes;
+  const uint64_t nblocks = o.size_bytes / o.block_bytes;
+  const char* kSizeHint =
+      "give a whole number of blocks (bench io: --size and --block; bench sweep: --io-bytes and "
+      "io.block_size)";
   if (nblocks == 0)
     fail("bench::io", str("size ", format_bytes(o.size_bytes), " is smaller than one block of ",
-                          format_bytes(o.block_bytes)));
+                          format_bytes(o.block_bytes)), kSizeHint);
+  if (o.size_bytes % o.block_bytes)  // a rate of fewer bytes than asked would pass for it
+    fail("bench::io", str("size ", format_bytes(o.size_bytes), " is not a whole number of ",
+                          format_bytes(o.block_bytes), " blocks"), kSizeHint);
   PageRequest pages = PageRequest::best;
   if (o.pages == "thp") pages = PageRequest::thp;
   else if (o.pages == "none") pages = PageRequest::none;
@@ -271,6 +277,7 @@ nlohmann::json run_io_sweep(const IoSweepOptions& o) {
     for (int depth : o.depths) {
       IoBenchOptions p = o.base;
       p.block_bytes = block;
+      p.size_bytes = o.base.size_bytes / block * block;  // a cap: whole blocks under it
       p.queue_depth = depth;
       p.max_seconds = o.seconds_per_phase;
       nlohmann::json r = run_io_bench(p);

@@ -19,6 +19,7 @@
 #include "bench/stats.h"
 #include "core/cpu.h"
 #include "core/error.h"
+#include "core/size.h"
 #include "engine/rate_cache.h"
 #include "engine/trainer.h"
 #include "kernels/cpu/fast_ops.h"
@@ -106,7 +107,7 @@ IoBenchOptions nvme_bench_options(const Config& c, uint64_t bytes) {
     std::filesystem::create_directories(d, ec);
     io.dirs.push_back(d);
   }
-  io.size_bytes = bytes;
+  io.size_bytes = round_up(bytes, c.io.block_size);  // a pass moves whole blocks
   io.block_bytes = c.io.block_size;
   io.queue_depth = c.io.queue_depth;
   io.submit_batch = c.io.submit_batch;

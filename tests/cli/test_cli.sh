@@ -83,6 +83,8 @@ if [ $rc -ne 0 ] || ! grep -q 'offload.optimizer_read_ahead = 1G is not used' <<
   echo "FAIL: train with settings that cannot apply exited $rc or did not say so: $out"
   failures=$((failures + 1))
 fi
+# bench io moves whole blocks: a size that is not is refused, not cut short in silence.
+expect_error "not a whole number of 2M blocks" bench io --dir "$work/io" --size 3M --block 2M
 # The update pattern is not swept (and nothing is written: the check comes first).
 expect_error "drop --pattern update" bench io --dir "$work/io" --sweep --pattern update
 # bench comm checks its largest buffers against the memory before allocating them.
