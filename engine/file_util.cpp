@@ -170,7 +170,20 @@ void check_output_file(const std::string& path, std::string_view key, std::strin
     fail(std::string(where),
          str("cannot write ", key, " '", path, "': the folder '", d, "' is not writable (",
              errno_string(errno), ")"),
-         str("choose another ", key));
+         str("write ", key, " in a writable folder"));
+  // access() answers yes to root where no file can be made (/proc, a read-only mount): a file
+  // created and removed says so before the work whose result it would hold.
+  const std::string probe = str(d, "/.strata-write-check-", ::getpid());
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0 && errno != EEXIST)
+    fail(std::string(where),
+         str("cannot write ", key, " '", path, "': no file can be created in '", d, "' (",
+             errno_string(errno), ")"),
+         str("write ", key, " on a writable file system"));
+  if (fd >= 0) {
+    ::close(fd);
+    ::unlink(probe.c_str());
+  }
 }
 
 void check_not_an_input(const std::string& out, std::string_view out_key, const std::string& in,

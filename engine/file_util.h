@@ -57,7 +57,8 @@ class AtomicFile {
 // Writes `bytes` to `path` through an AtomicFile.
 void write_file_atomic(const std::string& path, std::string_view bytes, std::string_view where);
 // An output file that a run or a command writes after its work, checked before that work: Error
-// naming `key` when the file's folder is missing or not writable, or when `path` is a folder.
+// naming `key` when the file's folder is missing or not writable (a file is created there and
+// removed: root passes access() on /proc), or when `path` is a folder.
 void check_output_file(const std::string& path, std::string_view key, std::string_view where);
 // Whether paths `a` and `b` name one folder (or file): the same inode when both exist, else the
 // same absolute path once ".", "..", symbolic links and a trailing "/" are resolved.
