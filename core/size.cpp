@@ -27,7 +27,7 @@ uint64_t parse_bytes(std::string_view text, std::string_view what) {
   while (!suffix.empty() && suffix.front() == ' ') suffix.remove_prefix(1);
   std::string suf;
   for (char c : suffix) suf += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  if (suf.size() >= 2 && suf.substr(suf.size() - 2) == "IB") suf.resize(suf.size() - 2);
+  if (suf.size() >= 3 && suf.substr(suf.size() - 2) == "IB") suf.resize(suf.size() - 2);  // KiB
   else if (suf.size() >= 2 && suf.back() == 'B') suf.pop_back();
   else if (suf == "B") suf.clear();
   uint64_t mult = 1;

@@ -13,6 +13,7 @@ TEST(Size, Parses) {
   EXPECT_EQ(parse_bytes("512M"), 512 * MiB);
   EXPECT_EQ(parse_bytes("2G"), 2 * GiB);
   EXPECT_EQ(parse_bytes("2GiB"), 2 * GiB);
+  EXPECT_EQ(parse_bytes("4B"), 4u);
   EXPECT_EQ(parse_bytes("64kb"), 64 * KiB);
   EXPECT_EQ(parse_bytes("1.5G"), 3 * GiB / 2);
   EXPECT_EQ(parse_bytes(" 1T "), TiB);
@@ -20,7 +21,8 @@ TEST(Size, Parses) {
 }
 
 TEST(Size, RejectsBadInput) {
-  for (const char* bad : {"", "G", "-1", "12Q", "1.2.3G", "0.3", "99999999999999999999", "20000000T"}) {
+  for (const char* bad : {"", "G", "-1", "12Q", "1.2.3G", "0.3", "99999999999999999999", "20000000T",
+                          "4iB", "4 iB"}) {  // (iB only after K, M, G or T)
     EXPECT_THROW(parse_bytes(bad, "offload.device_mem_limit"), Error) << bad;
   }
   try {
