@@ -66,11 +66,16 @@ void register_bench_sweep(CLI::App& bench) {
       return;
     }
     const auto& rates = j["rates"];
-    std::printf("strata bench sweep: %d rank(s); NVMe %.2f GB/s read, %.2f GB/s write; beside "
-                "compute %.2f / %.2f, steal %.3f CPU s per GB (same run)\n",
-                j["ranks"].get<int>(), j["nvme_read_gbps"].get<double>(),
-                j["nvme_write_gbps"].get<double>(), rates.value("nvme_read_busy_gbps", 0.0),
-                rates.value("nvme_write_busy_gbps", 0.0), rates.value("nvme_steal_s_per_gb", 0.0));
+    if (j["nvme_read_gbps"].get<double>() > 0)
+      std::printf("strata bench sweep: %d rank(s); NVMe %.2f GB/s read, %.2f GB/s write; beside "
+                  "compute %.2f / %.2f, steal %.3f CPU s per GB (same run)\n",
+                  j["ranks"].get<int>(), j["nvme_read_gbps"].get<double>(),
+                  j["nvme_write_gbps"].get<double>(), rates.value("nvme_read_busy_gbps", 0.0),
+                  rates.value("nvme_write_busy_gbps", 0.0),
+                  rates.value("nvme_steal_s_per_gb", 0.0));
+    else  // no NVMe placement: the disk was not measured
+      std::printf("strata bench sweep: %d rank(s); NVMe not measured (no NVMe placement)\n",
+                  j["ranks"].get<int>());
     std::printf("%-20s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %7s %9s %9s  %s\n", "placement", "tok/s",
                 "step ms", "compute", "wait io", "wait comm", "optim", "device", "host", "nvme", "io bound",
                 "/bound", "predicted", "/pred", "predicted bottleneck");
