@@ -58,6 +58,9 @@ std::string file_key(const std::string& key) {
 nlohmann::json read_cache(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return nullptr;
+  if (std::filesystem::is_directory(path, ec))
+    fail(kWhere, str("the rate cache '", path, "' is a folder"),
+         "name a file with --rates (the default: $XDG_CACHE_HOME/strata/rates.json)");
   const std::string text = fileutil::read_file(path, kWhere);
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) not_a_cache(path, "it is not JSON");

@@ -61,6 +61,7 @@ expect_error "$work/rates.json"   plan --auto --rates "$work/rates.json"
 expect_error "rm '$work/rates.json'" train --set offload.optimizer=auto --rates "$work/rates.json"
 # A rate cache that cannot be written is found before the probe's seconds, not after.
 expect_error "for the rate cache" plan --auto --rates "$work/a_file/no/such/rates.json"
+expect_error "is a folder"        plan --auto --rates "$work"
 # ... also where access() says yes but no file can be made (/proc, even as root).
 expect_error "cannot write the rate cache '/proc/strata-rates.json'" plan --auto --rates /proc/strata-rates.json
 # bench sweep checks --out before its minutes of training.
