@@ -174,6 +174,7 @@ void check_output_file(const std::string& path, std::string_view key, std::strin
   // access() answers yes to root where no file can be made (/proc, a read-only mount): a file
   // created and removed says so before the work whose result it would hold.
   const std::string probe = str(d, "/.strata-write-check-", ::getpid());
+  WatchedWait w = fs_wait("write check (create, remove)", probe);  // a dead NFS server
   const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0 && errno != EEXIST)
     fail(std::string(where),
