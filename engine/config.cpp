@@ -280,8 +280,9 @@ const std::vector<Key>& keys() {
       {STRATA_CONFIG_KEY(offload, optimizer_read_ahead), Kind::size,
        "pinned host memory for optimizer states (offload.optimizer = nvme) read ahead of their "
        "update while the last backward runs: the first units' master, m and v in forward order, "
-       "whose updates the next forward waits for; rounded down to whole chunks, part of "
-       "offload.pinned_mem_limit; needs offload.overlap_optimizer. 0 = only the pipeline's next "
+       "whose updates the next forward waits for; rounded down to whole chunks (less than one "
+       "is refused), part of offload.pinned_mem_limit; unused, with a warning, without an "
+       "overlapped NVMe optimizer (offload.overlap_optimizer). 0 = only the pipeline's next "
        "chunk", between(0, kMaxBytes)},
       {STRATA_CONFIG_KEY(offload, optimizer_host_bytes), Kind::size,
        "with offload.optimizer = nvme: host memory per rank for the optimizer states (master, m, "
