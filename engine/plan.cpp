@@ -3,13 +3,9 @@
 // decisions (offload/placement.h) the engine allocates with; then each tier against its limit.
 #include "engine/plan.h"
 
-#include <sys/stat.h>
-#include <sys/statvfs.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
+#include <utility>
 
 #include "core/cpu.h"
 #include "core/error.h"
@@ -26,29 +22,6 @@ namespace {
 constexpr const char* kPlanBytes = "memory plan bytes";
 uint64_t mul(uint64_t a, uint64_t b) { return checked_mul(a, b, kPlanBytes); }
 uint64_t add(uint64_t a, uint64_t b) { return checked_add(a, b, kPlanBytes); }
-
-// Free bytes for swap files under dir (on its nearest existing ancestor's file system, whose
-// device goes to `dev`); 0, with `why`, where none can be created: not a folder, not writable,
-// read-only, not on a disk (/proc).
-uint64_t free_bytes(const std::string& dir, std::string& why, dev_t& dev) {
-  std::error_code ec;
-  std::filesystem::path p(dir);
-  while (!p.empty() && !std::filesystem::exists(p, ec)) p = p.parent_path();  // nearest existing
-  const std::string at = p.empty() ? "." : p.string();
-  struct statvfs st;
-  struct stat sb {};
-  if (!std::filesystem::is_directory(at, ec)) why = str("'", at, "' is not a folder");
-  else if (::access(at.c_str(), W_OK) != 0) why = str("'", at, "' is not writable");
-  else if (::stat(at.c_str(), &sb) != 0 || statvfs(at.c_str(), &st) != 0)
-    why = str("stat('", at, "') failed");
-  else if (st.f_flag & ST_RDONLY) why = "a read-only file system";
-  else if (st.f_blocks == 0) why = "not on a disk";
-  else {
-    dev = sb.st_dev;
-    return uint64_t(st.f_bavail) * st.f_frsize;
-  }
-  return 0;
-}
 
 }  // namespace
 
@@ -76,9 +49,10 @@ std::string MemoryPlan::failed_checks() const {
 
 std::string MemoryPlan::hint() const {
   std::string h;
+  bool swap_hinted = false;
   for (const auto& k : checks) {
     if (k.ok()) continue;
-    if (k.what.rfind("NVMe swap", 0) == 0 && h.find("nvme_path") == std::string::npos)
+    if (k.what.rfind("NVMe swap", 0) == 0 && !std::exchange(swap_hinted, true))
       h += "for the NVMe swap, point offload.nvme_path at writable folders on disks with the "
            "space (a folder on another disk adds its space; with several folders each file is "
            "whole io.stripe_size stripes); ";
@@ -190,8 +164,7 @@ MemoryPlan plan_memory(const Config& c, int dp, const PlanMachine& machine, int 
         staging.chunk_need(), true);
   // A read-ahead too small for one whole chunk: the engine refuses it (engine/zero.cpp), so the
   // plan does too, with the chunk it needs.
-  if (pl.optimizer_read_ahead && pl.optimizer == Tier::nvme && !staging.ahead_buffers &&
-      optimizer_host_units(model, pl) < model.num_units())
+  if (staging.read_ahead_below_chunk)
     p.checks.push_back({"optimizer read-ahead (a whole chunk of master, m and v)",
                         mul(uint64_t(pl.read_ahead_buffers_per_chunk()), staging.chunk_bytes),
                         pl.optimizer_read_ahead, "offload.optimizer_read_ahead"});
@@ -234,28 +207,10 @@ MemoryPlan plan_memory(const Config& c, int dp, const PlanMachine& machine, int 
     const size_t n = std::max<size_t>(c.offload.nvme_path.size(), 1);
     const uint64_t share =
         swap_file_share(nvme_swap_bytes(model, nvme, n, c.io.stripe_size), n, c.io.stripe_size);
-    struct Fs {
-      dev_t dev;
-      std::string dirs;
-      uint64_t files, free;
-    };
-    std::vector<Fs> fs;
-    for (const auto& d : c.offload.nvme_path) {
-      std::string why;
-      dev_t dev = 0;
-      const uint64_t free = free_bytes(d, why, dev);
-      auto it = std::find_if(fs.begin(), fs.end(), [&](const Fs& f) { return f.dev == dev; });
-      if (!why.empty() || it == fs.end()) {
-        fs.push_back({why.empty() ? dev : dev_t(-1), why.empty() ? d : str(d, ": ", why), 1, free});
-      } else {
-        it->dirs += ", " + d;
-        ++it->files;
-      }
-    }
-    for (const Fs& f : fs)
+    for (const SwapFileSystem& f : swap_file_systems(c.offload.nvme_path))
       p.checks.push_back({str("NVMe swap of ", p.ranks_here, " rank(s)"),
-                          mul(mul(share, f.files), uint64_t(p.ranks_here)), f.free,
-                          str("free space in ", f.dirs)});
+                          mul(mul(share, f.files), uint64_t(p.ranks_here)), f.free_bytes,
+                          str("free space in ", f.dirs, f.problem.empty() ? "" : ": ", f.problem)});
   }
   return p;
 }

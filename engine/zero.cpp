@@ -111,6 +111,8 @@ PinnedStaging pinned_staging(const LlamaModel& model, const Placement& p, uint64
   const bool copy_io = p.params == Tier::nvme && !p.param_is_master();
   s.chunk_buffers = states_io || copy_io ? p.chunk_buffers() : 0;
   s.ahead_buffers = read_ahead_buffers(model, p);
+  // (Every unit's states kept in host memory leaves nothing to read ahead: no error then.)
+  s.read_ahead_below_chunk = p.optimizer_read_ahead && states_io && !s.ahead_buffers;
   if (p.nvme_params()) {
     s.param_shard_bytes = uint64_t(shard) * p.param_elem_bytes();
     // Whole shards of the budget left once `taken` is (as many as wanted without a budget).
@@ -311,9 +313,7 @@ ZeroEngine::Impl::Impl(const LlamaModel& model, Device& device, Communicator& dp
   const PinnedStaging staging =
       pinned_staging(model, place_, opt_.pinned_mem_limit, opt_.nvme_prefetch);
   const uint64_t chunk_bytes = staging.chunk_bytes;
-  // (Every unit's states kept in host memory leaves nothing to read ahead: no error then.)
-  if (place_.optimizer_read_ahead && place_.optimizer == Tier::nvme && !staging.ahead_buffers &&
-      opt_host_units < model.num_units())
+  if (staging.read_ahead_below_chunk)
     fail("zero::init",
          str("offload.optimizer_read_ahead = ", format_bytes(place_.optimizer_read_ahead),
              " holds no whole chunk of the optimizer states (",

@@ -107,6 +107,9 @@ struct PinnedStaging {
   uint64_t chunk_bytes = 0;        // one optimizer-chunk buffer (chunk and read-ahead pools)
   int chunk_buffers = 0;           // the NVMe optimizer pipeline's three sets (0 without chunk I/O)
   int ahead_buffers = 0;           // optimizer states read ahead (offload.optimizer_read_ahead)
+  // offload.optimizer_read_ahead is set, states are read from NVMe, and it holds no whole chunk
+  // of master, m and v: the engine refuses it and the plan says so, by this one test.
+  bool read_ahead_below_chunk = false;
   uint64_t param_shard_bytes = 0;  // one compute-copy shard; 0 unless the compute copy is on NVMe
   // NVMe parameter read-ahead: offload.prefetch + 1 shards, or as many whole shards as the budget
   // leaves after the optimizer's pools, and at least one (minimum() checks that one fits).

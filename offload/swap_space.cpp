@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -29,7 +30,60 @@ struct CreatedFiles {
   }
 };
 
+// The file system a swap file under `dir` lands on (its nearest existing ancestor's); `problem`
+// says why none can be made there.
+struct FolderFs {
+  dev_t dev = 0;
+  uint64_t free_bytes = 0;
+  std::string problem;
+};
+FolderFs folder_fs(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::path p(dir);
+  while (!p.empty() && !std::filesystem::exists(p, ec)) p = p.parent_path();  // nearest existing
+  const std::string at = p.empty() ? "." : p.string();
+  FolderFs f;
+  struct stat sb {};
+  struct statvfs vfs {};
+  if (!std::filesystem::is_directory(at, ec)) f.problem = str("'", at, "' is not a folder");
+  else if (::access(at.c_str(), W_OK) != 0) f.problem = str("'", at, "' is not writable");
+  else if (::stat(at.c_str(), &sb) != 0)
+    f.problem = str("stat('", at, "') failed: ", errno_text_of(errno));
+  else if (::statvfs(at.c_str(), &vfs) != 0)
+    f.problem = str("statvfs('", at, "') failed: ", errno_text_of(errno));
+  else if (vfs.f_flag & ST_RDONLY) f.problem = "a read-only file system";
+  else if (vfs.f_blocks == 0) f.problem = "not on a disk";
+  else {
+    f.dev = sb.st_dev;
+    f.free_bytes = uint64_t(vfs.f_bavail) * vfs.f_frsize;
+  }
+  return f;
+}
+
 }  // namespace
+
+std::vector<SwapFileSystem> swap_file_systems(const std::vector<std::string>& dirs) {
+  std::vector<SwapFileSystem> out;
+  std::vector<dev_t> devs;  // out[i]'s device; none for an entry with a problem
+  for (const std::string& dir : dirs) {
+    const FolderFs f = folder_fs(dir);
+    if (!f.problem.empty()) {
+      out.push_back({str("'", dir, "'"), 1, 0, f.problem});
+      devs.push_back(dev_t(-1));
+      continue;
+    }
+    size_t i = 0;
+    while (i < out.size() && !(out[i].problem.empty() && devs[i] == f.dev)) ++i;
+    if (i == out.size()) {
+      out.push_back({str("'", dir, "'"), 1, f.free_bytes, ""});
+      devs.push_back(f.dev);
+    } else {
+      out[i].dirs += str(", '", dir, "'");
+      ++out[i].files;
+    }
+  }
+  return out;
+}
 
 uint64_t swap_capacity(uint64_t bytes, uint64_t extents, size_t dirs, uint64_t stripe_bytes) {
   const uint64_t slack = dirs > 1 ? stripe_bytes : uint64_t{1} << 20;
@@ -54,37 +108,23 @@ SwapSpace::SwapSpace(FileIO& io, SwapSpaceOptions options) : io_(io), options_(s
   const uint64_t n = dirs.size();
   const uint64_t share = swap_file_share(options_.capacity_bytes, n, options_.stripe_bytes);
 
-  // Free space, per file system (several directories may share one).
-  struct Fs {
-    dev_t dev;
-    std::string dirs;
-    uint64_t needed = 0, available = 0;
-  };
-  std::vector<Fs> filesystems;
   for (const std::string& dir : dirs) {
     struct stat sb {};
     if (::stat(dir.c_str(), &sb) != 0 || !S_ISDIR(sb.st_mode))
       fail("offload::swap_space", str("'", dir, "' is not a directory"),
            "create it, or fix offload.nvme_path");
-    auto it = std::find_if(filesystems.begin(), filesystems.end(),
-                           [&](const Fs& f) { return f.dev == sb.st_dev; });
-    if (it == filesystems.end()) {
-      struct statvfs vfs {};
-      if (::statvfs(dir.c_str(), &vfs) != 0)
-        fail("offload::swap_space", str("statvfs('", dir, "') failed: ", errno_text_of(errno)));
-      filesystems.push_back(Fs{sb.st_dev, "'" + dir + "'", 0, uint64_t(vfs.f_bavail) * vfs.f_frsize});
-      it = filesystems.end() - 1;
-    } else {
-      it->dirs += ", '" + dir + "'";
-    }
-    it->needed += share;
   }
-  for (const Fs& f : filesystems) {
-    if (f.needed > f.available)
+  // Free space, per file system (several directories may share one).
+  for (const SwapFileSystem& f : swap_file_systems(dirs)) {
+    if (!f.problem.empty())
+      fail("offload::swap_space", str("no swap file can be made in ", f.dirs, ": ", f.problem),
+           "point offload.nvme_path at writable folders on a disk");
+    const uint64_t needed = checked_mul(share, f.files, "swap share");
+    if (needed > f.free_bytes)
       throw Error("offload::swap_space",
                   str("not enough free space for the NVMe swap space in ", f.dirs, ": needs ",
-                      format_bytes(f.needed), " (", f.needed, " bytes), ",
-                      format_bytes(f.available), " (", f.available, " bytes) available"),
+                      format_bytes(needed), " (", needed, " bytes), ",
+                      format_bytes(f.free_bytes), " (", f.free_bytes, " bytes) available"),
                   {"free space there, add directories on other devices to offload.nvme_path, "
                    "or place less state on nvme (offload.params / grads / optimizer = host)"});
   }

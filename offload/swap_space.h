@@ -44,6 +44,21 @@ uint64_t swap_capacity(uint64_t bytes, uint64_t extents, size_t dirs, uint64_t s
 // capacity rounded up to 4 KiB.
 uint64_t swap_file_share(uint64_t capacity, size_t dirs, uint64_t stripe_bytes);
 
+// One file system under offload.nvme_path's folders, as their swap files see it: folders on one
+// disk, or a symlink to one, share its free space.
+struct SwapFileSystem {
+  std::string dirs;         // its folders, quoted, comma-separated
+  size_t files = 0;         // swap files it holds: one per folder
+  uint64_t free_bytes = 0;  // statvfs: f_bavail x f_frsize; 0 with a problem
+  std::string problem;      // why no swap file can be made there; empty when one can
+};
+// `dirs` grouped by file system (st_dev), in their order. A folder not made yet is looked up at
+// its nearest existing ancestor (training creates it). A folder where no file can be made (not a
+// folder, not writable, read-only, not on a disk such as /proc) is an entry of its own with its
+// problem. The engine refuses such a folder and checks each file system's share before creating
+// anything; `strata plan` checks the same.
+std::vector<SwapFileSystem> swap_file_systems(const std::vector<std::string>& dirs);
+
 struct SwapExtent {
   uint64_t offset = 0;  // in the logical space
   uint64_t bytes = 0;   // as allocated (rounded up to the granule)

@@ -251,7 +251,7 @@ TEST(StepModel, RefusalListsTheLimitsOfEveryCandidate) {
   EXPECT_EQ(listed("offload.device_mem_limit"), 1);
   EXPECT_EQ(listed("this machine's RAM"), 1);
   EXPECT_EQ(listed("offload.pinned_mem_limit"), 1);
-  EXPECT_EQ(listed("free space in " + c.offload.nvme_path[0]), 1);
+  EXPECT_EQ(listed("free space in '" + c.offload.nvme_path[0] + "'"), 1);
   EXPECT_ERROR_HAS(chosen_placement(plan), "offload.pinned_mem_limit", "free space in");
   // offload.nvme_path is set: the hint asks for its space, not for the key
   EXPECT_ERROR_HAS(chosen_placement(plan), "free space under offload.nvme_path");
@@ -290,7 +290,7 @@ TEST(StepModel, PlanChecksTheSwapFilesPerFileSystem) {
   ASSERT_EQ(swap_checks(bad).size(), 2u);
   EXPECT_EQ(swap_checks(bad)[1].limit, 0u);
   // (why: "not on a disk" as root, "not writable" otherwise)
-  EXPECT_NE(bad.failed_checks().find("/proc/strata-no-such-folder: "), std::string::npos);
+  EXPECT_NE(bad.failed_checks().find("'/proc/strata-no-such-folder': "), std::string::npos);
   EXPECT_NE(bad.hint().find("offload.nvme_path"), std::string::npos);
   EXPECT_EQ(one.hint(), kDoesNotFitHint);
 }
