@@ -3,6 +3,7 @@
 #include "apps/strata/auto_place.h"
 
 #include <cstdio>
+#include <string_view>
 
 #include "apps/strata/common.h"
 #include "core/error.h"
@@ -99,6 +100,13 @@ nlohmann::json auto_plan_json(const AutoPlan& plan, const MachineRates& rates) {
   nlohmann::json j = {{"rates", rates_json(rates)}, {"candidates", rows}, {"limits", plan.limits}};
   j["chosen"] = plan.chosen >= 0 ? nlohmann::json(plan.candidates[size_t(plan.chosen)].name()) : nlohmann::json();
   return j;
+}
+
+void warn_unused_rate_args(const char* who, const AutoArgs& args) {
+  if (args.reprobe || !args.rates_path.empty())
+    log_warn(who, "--rates and --reprobe are for offload tiers set to \"auto\" (or plan --auto), "
+                  "and none is: this ", std::string_view(who) == "train" ? "run" : who,
+             " reads no rates");
 }
 
 Config resolve_auto_placement(const Config& cfg, Communicator& world, const AutoArgs& args) {

@@ -26,6 +26,10 @@ std::string rates_text(const MachineRates& rates);
 std::string auto_plan_table(const AutoPlan& plan);
 nlohmann::json auto_plan_json(const AutoPlan& plan, const MachineRates& rates);
 
+// --rates or --reprobe given where no rates are read (no offload tier is "auto" and, for `strata
+// plan`, no --auto): a warning from `who` ("train", "plan") saying so; nothing otherwise.
+void warn_unused_rate_args(const char* who, const AutoArgs& args);
+
 // `strata train` with "auto" in offload.params, grads or optimizer: rank 0 reads (or probes and
 // caches) the rates, plans every candidate, logs the chosen placement and its predicted step,
 // and every rank takes its tiers (broadcast). An Error naming the limits when nothing fits.

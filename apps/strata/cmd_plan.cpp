@@ -50,10 +50,7 @@ void register_plan(CLI::App& app) {
     if (dp < 1 || dp * model_parallel != args->ranks)
       fail("plan::args", str("--ranks ", args->ranks, " is not dp × tp × pp for this config"));
     const PlanMachine machine = plan_machine(cfg, args->ranks);
-    if (!args->automatic && !cfg.offload.any_auto() &&
-        (args->auto_args.reprobe || !args->auto_args.rates_path.empty()))
-      log_warn("plan", "--rates and --reprobe are for --auto (or an offload tier set to \"auto\"); "
-               "this plan reads no rates");
+    if (!args->automatic && !cfg.offload.any_auto()) warn_unused_rate_args("plan", args->auto_args);
     if (args->automatic || cfg.offload.any_auto()) {
       const RatesLookup rl = rates_for(cfg, args->auto_args.rates_path, args->auto_args.reprobe,
                                        [](const std::string& path) {

@@ -120,10 +120,7 @@ void run_train(const TrainArgs& a) {
   watchdog_set_timeout(cfg.parallel.timeout);  // MPI's setup is watched too (comm/comm_mpi.cpp)
   auto world = make_world();
   // "auto" tiers are chosen before anything is allocated (apps/strata/auto_place.h).
-  if (world->rank() == 0 && !cfg.offload.any_auto() &&
-      (a.auto_args.reprobe || !a.auto_args.rates_path.empty()))
-    log_warn("train", "--rates and --reprobe are for offload tiers set to \"auto\", and none is: "
-             "this run reads no rates");
+  if (world->rank() == 0 && !cfg.offload.any_auto()) warn_unused_rate_args("train", a.auto_args);
   cfg = resolve_auto_placement(cfg, *world, a.auto_args);
   std::unique_ptr<Trainer> trainer;  // outlives the catch below: see end_job_if_peers
   int stopped_by = 0;                 // a stop signal's number (every rank the same)
