@@ -153,6 +153,23 @@ TEST(SwapSpace, LargerThanTheFreeSpaceIsRefusedBeforeAnyWrite) {
   EXPECT_EQ(swap_files_in(dir), 0u);
 }
 
+// The folders of offload.nvme_path grouped by file system: two folders of one disk and a folder
+// not made yet under it share one entry and its free space; a folder where no file can be made
+// (/proc: not on a disk as root, not writable otherwise) is an entry of its own, with no space.
+TEST(SwapSpace, FoldersAreGroupedPerFileSystem) {
+  const std::string dir = test::fresh_work_dir();
+  const std::string other = test::fresh_work_dir("second");
+  const auto fss = swap_file_systems({dir, "/proc/strata-none", other, dir + "/not/yet"});
+  ASSERT_EQ(fss.size(), 2u);
+  EXPECT_EQ(fss[0].files, 3u);
+  EXPECT_EQ(fss[0].dirs, "'" + dir + "', '" + other + "', '" + dir + "/not/yet'");
+  EXPECT_TRUE(fss[0].problem.empty()) << fss[0].problem;
+  EXPECT_GT(fss[0].free_bytes, 0u);
+  EXPECT_EQ(fss[1].dirs, "'/proc/strata-none'");
+  EXPECT_EQ(fss[1].free_bytes, 0u);
+  EXPECT_FALSE(fss[1].problem.empty());
+}
+
 TEST(SwapSpace, FilesAreRemovedAfterANormalEndAndAfterAFailure) {
   std::vector<std::string> dirs{test::fresh_work_dir("a"), test::fresh_work_dir("b")};
   auto io = small_io(dirs);
