@@ -5,6 +5,7 @@
 //   step (and its bound)   read θ g m v, write θ m v           16 + 12      = 28
 //   fused (and its bound)  the step + write the bf16 copy      28 + 2       = 30
 //   unfused                g·s pass 8, the step 28, copy pass 4 + 2         = 42
+//   bf16 states            read θ g, bf16 m v; write θ, bf16 m v   12 + 8   = 20
 // (not counted: the read-for-ownership the hardware may add for a write to a line not read).
 #include "bench/adam_bench.h"
 
@@ -35,7 +36,7 @@ namespace {
 
 constexpr const char* kWhere = "bench::adam";
 constexpr size_t kHugePage = size_t{2} << 20;
-constexpr double kBytesStep = 28, kBytesFused = 30, kBytesUnfused = 42;
+constexpr double kBytesStep = 28, kBytesFused = 30, kBytesUnfused = 42, kBytesBf16States = 20;
 // A loss-scale unscale times a clip factor, in the fused step.
 constexpr float kFusedScale = 0.5f;
 
@@ -81,6 +82,14 @@ void fill(float* p, float* g, float* m, float* v, uint16_t* pb, size_t begin, si
     m[i] = 1e-3f * unit(i, 3);
     v[i] = 1e-6f * std::fabs(unit(i, 4));
     pb[i] = 0;
+  }
+}
+
+// m and v in bf16 (train.optimizer_state_dtype = "bf16"), from the same values.
+void fill_bf16_states(uint16_t* m, uint16_t* v, size_t begin, size_t end) {
+  for (size_t i = begin; i < end; ++i) {
+    m[i] = f32_to_bf16_bits(1e-3f * unit(i, 3));
+    v[i] = f32_to_bf16_bits(1e-6f * std::fabs(unit(i, 4)));
   }
 }
 
@@ -142,6 +151,40 @@ size_t validate(AdamIsa isa, size_t n, const AdamWHyper& h, float scale) {
   return wrong;
 }
 
+// The step with bf16 m and v: the chosen ISA against the scalar reference on `n` elements over
+// three steps. Returns the number of differing elements (θ, m, v).
+size_t validate_bf16_states(AdamIsa isa, size_t n, const AdamWHyper& h) {
+  struct State {
+    std::vector<float> p, g;
+    std::vector<uint16_t> m, v;
+    AdamWTensors t() {
+      AdamWTensors t;
+      t.param = p.data();
+      t.grad = g.data();
+      t.m_bf16 = m.data();
+      t.v_bf16 = v.data();
+      t.n = p.size();
+      return t;
+    }
+  };
+  State ref{std::vector<float>(n), std::vector<float>(n), std::vector<uint16_t>(n),
+            std::vector<uint16_t>(n)};
+  std::vector<float> m(n), v(n);
+  std::vector<uint16_t> pb(n);
+  fill(ref.p.data(), ref.g.data(), m.data(), v.data(), pb.data(), 0, n);
+  fill_bf16_states(ref.m.data(), ref.v.data(), 0, n);
+  State got = ref;
+  for (int64_t step = 1; step <= 3; ++step) {
+    adamw_update_isa(AdamIsa::scalar, h, step, 1.0f, ref.t());
+    adamw_update_isa(isa, h, step, 1.0f, got.t());
+  }
+  size_t wrong = 0;
+  for (size_t i = 0; i < n; ++i)
+    wrong += (std::memcmp(&ref.p[i], &got.p[i], 4) != 0) + (ref.m[i] != got.m[i]) +
+             (ref.v[i] != got.v[i]);
+  return wrong;
+}
+
 // The options checked, the memory `numel` needs, and the chosen ISA validated against the
 // scalar reference: no wrong kernel is timed.
 struct Setup {
@@ -156,7 +199,8 @@ Setup checked_setup(const AdamBenchOptions& o) {
   if (o.threads < 0) fail(kWhere, str("--threads must be >= 0: ", o.threads));
   Setup s;
   s.isa = o.isa == "auto" ? adamw_active_isa() : adamw_choose_isa(o.isa, cpu_features());
-  const uint64_t state_bytes = uint64_t(o.numel) * 18;  // θ g m v in f32 and the bf16 copy
+  // θ g m v in f32, the bf16 copy, and m v in bf16
+  const uint64_t state_bytes = uint64_t(o.numel) * 22;
   if (state_bytes + (uint64_t{1} << 30) > available_memory_bytes())
     fail(kWhere,
          str("--numel ", o.numel, " needs ", format_bytes(state_bytes), " but only ",
@@ -165,7 +209,8 @@ Setup checked_setup(const AdamBenchOptions& o) {
   s.h.lr = 1e-3f;
   s.h.weight_decay = 0.01f;
   s.validate_n = std::min(o.validate_numel, o.numel);
-  const size_t wrong = validate(s.isa, s.validate_n, s.h, kFusedScale);
+  const size_t wrong = validate(s.isa, s.validate_n, s.h, kFusedScale) +
+                       validate_bf16_states(s.isa, s.validate_n, s.h);
   if (wrong != 0)
     fail(kWhere, str(wrong, " elements of the ", adam_isa_name(s.isa),
                      " path differ from the scalar reference on ", s.validate_n,
@@ -176,10 +221,11 @@ Setup checked_setup(const AdamBenchOptions& o) {
 // The timed arrays, filled in parallel (each page first touched by a thread that later streams
 // it), and the step's and the fused step's views of them.
 struct Arrays {
-  explicit Arrays(size_t n) : p(n), g(n), m(n), v(n), pb(n) {
+  explicit Arrays(size_t n) : p(n), g(n), m(n), v(n), pb(n), m16(n), v16(n) {
     tbb::parallel_for(tbb::blocked_range<size_t>(0, n, kAdamWGrainElems),
                       [&](const tbb::blocked_range<size_t>& r) {
                         fill(p.data(), g.data(), m.data(), v.data(), pb.data(), r.begin(), r.end());
+                        fill_bf16_states(m16.data(), v16.data(), r.begin(), r.end());
                       });
     step.param = p.data();
     step.grad = g.data();
@@ -188,12 +234,16 @@ struct Arrays {
     step.n = n;
     fused = step;
     fused.param_bf16 = pb.data();
+    bf16_states = step;
+    bf16_states.m = bf16_states.v = nullptr;
+    bf16_states.m_bf16 = m16.data();
+    bf16_states.v_bf16 = v16.data();
   }
   bool huge() const { return p.huge() && g.huge() && m.huge() && v.huge(); }
 
   HugeArray<float> p, g, m, v;
-  HugeArray<uint16_t> pb;
-  AdamWTensors step, fused;
+  HugeArray<uint16_t> pb, m16, v16;
+  AdamWTensors step, fused, bf16_states;  // bf16_states: θ and g shared with step
 };
 
 }  // namespace
@@ -204,11 +254,12 @@ double measure_adam_gbps(const AdamBenchOptions& o) {
   const Setup setup = checked_setup(o);
   Arrays a(o.numel);
   int64_t step = 0;
-  auto run_step = [&] { adamw_update_isa(setup.isa, setup.h, ++step, 1.0f, a.step); };
+  const AdamWTensors& t_args = o.bf16_states ? a.bf16_states : a.step;
+  auto run_step = [&] { adamw_update_isa(setup.isa, setup.h, ++step, 1.0f, t_args); };
   run_step();  // untimed
   Samples t;
   for (int r = 0; r < o.repeats; ++r) t.s.push_back(seconds(run_step));
-  return double(o.numel) / t.best() * kBytesStep / 1e9;
+  return double(o.numel) / t.best() * (o.bf16_states ? kBytesBf16States : kBytesStep) / 1e9;
 }
 
 nlohmann::json run_adam_bench(const AdamBenchOptions& o) {
@@ -229,6 +280,7 @@ nlohmann::json run_adam_bench(const AdamBenchOptions& o) {
   auto run_bound_fused = [&] { stream_bound_isa(isa, fused_t); };
   auto run_step = [&] { adamw_update_isa(isa, h, ++step, 1.0f, step_t); };
   auto run_fused = [&] { adamw_update_isa(isa, h, ++step, fused_scale, fused_t); };
+  auto run_bf16_states = [&] { adamw_update_isa(isa, h, ++step, 1.0f, a.bf16_states); };
   auto run_unfused = [&] {
     scale_inplace_isa(isa, a.g.data(), n, pass_scale);
     adamw_update_isa(isa, h, ++step, 1.0f, step_t);
@@ -246,14 +298,16 @@ nlohmann::json run_adam_bench(const AdamBenchOptions& o) {
   run_fused();
   run_unfused();
   run_unfused();
+  run_bf16_states();
 
-  Samples bound, bound_fused, t_step, t_fused, t_unfused;
+  Samples bound, bound_fused, t_step, t_fused, t_unfused, t_bf16_states;
   for (int r = 0; r < o.repeats; ++r) {
     bound.s.push_back(seconds(run_bound));
     run_bound();  // untimed: restores θ, m, v
     t_step.s.push_back(seconds(run_step));
     t_fused.s.push_back(seconds(run_fused));
     t_unfused.s.push_back(seconds(run_unfused));
+    t_bf16_states.s.push_back(seconds(run_bf16_states));
     bound_fused.s.push_back(seconds(run_bound_fused));
     run_bound_fused();
   }
@@ -262,6 +316,7 @@ nlohmann::json run_adam_bench(const AdamBenchOptions& o) {
   const double dn = static_cast<double>(n);
   auto rate = [&](const Samples& s) { return dn / s.best(); };
   const double pps = rate(t_step), pps_fused = rate(t_fused), pps_unfused = rate(t_unfused);
+  const double pps_bf16_states = rate(t_bf16_states);
   const double pps_bound = rate(bound), pps_bound_fused = rate(bound_fused);
   auto med = [&](const Samples& s) { return dn / s.median(); };
 
@@ -283,15 +338,20 @@ nlohmann::json run_adam_bench(const AdamBenchOptions& o) {
                 {"eps", h.eps},
                 {"weight_decay", h.weight_decay},
                 {"grad_scale", fused_scale}};
-  j["bytes_per_param"] = {{"step", kBytesStep}, {"fused", kBytesFused}, {"unfused", kBytesUnfused}};
+  j["bytes_per_param"] = {{"step", kBytesStep},
+                          {"fused", kBytesFused},
+                          {"unfused", kBytesUnfused},
+                          {"bf16_states", kBytesBf16States}};
   j["params_per_s"] = pps;
   j["params_per_s_fused"] = pps_fused;
   j["params_per_s_unfused"] = pps_unfused;
+  j["params_per_s_bf16_states"] = pps_bf16_states;
   j["bound_params_per_s"] = pps_bound;
   j["bound_fused_params_per_s"] = pps_bound_fused;
   j["gbps"] = pps * kBytesStep / 1e9;
   j["gbps_fused"] = pps_fused * kBytesFused / 1e9;
   j["gbps_unfused"] = pps_unfused * kBytesUnfused / 1e9;
+  j["gbps_bf16_states"] = pps_bf16_states * kBytesBf16States / 1e9;
   j["gbps_bound"] = pps_bound * kBytesStep / 1e9;
   j["ratio_to_bound"] = pps / pps_bound;
   j["ratio_fused_to_unfused"] = pps_fused / pps_unfused;
@@ -309,11 +369,13 @@ nlohmann::json run_adam_bench(const AdamBenchOptions& o) {
   j["seconds"] = {{"step", t_step.best()},
                   {"fused", t_fused.best()},
                   {"unfused", t_unfused.best()},
+                  {"bf16_states", t_bf16_states.best()},
                   {"bound", bound.best()},
                   {"bound_fused", bound_fused.best()}};
   j["median"] = {{"params_per_s", med(t_step)},
                  {"params_per_s_fused", med(t_fused)},
                  {"params_per_s_unfused", med(t_unfused)},
+                 {"params_per_s_bf16_states", med(t_bf16_states)},
                  {"bound_params_per_s", med(bound)},
                  {"bound_fused_params_per_s", med(bound_fused)}};
   return j;

@@ -57,6 +57,24 @@ double best_seconds(Stream& s, double min_seconds, const Fn& enqueue) {
   return best;
 }
 
+// Decimal GB/s of the gradient norm's sum of squares (cpu::fast::sum_squares, all the threads
+// allowed) over 256 MB of f32 in host memory: the fastest of at least 3 calls and `min_seconds`.
+double norm_gbps(double min_seconds) {
+  using clock = std::chrono::steady_clock;
+  std::vector<float> x(size_t{64} << 20, 0.01f);
+  double sum = 0, best = 1e30, total = 0;
+  cpu::fast::sum_squares(&sum, x.data(), x.size());  // untimed
+  for (int calls = 0; calls < 3 || total < min_seconds; ++calls) {
+    const auto t0 = clock::now();
+    cpu::fast::sum_squares(&sum, x.data(), x.size());
+    const double dt = std::chrono::duration<double>(clock::now() - t0).count();
+    best = std::min(best, dt);
+    total += dt;
+  }
+  if (!(sum > 0)) fail("bench::rate_probe", "the sum of squares of the norm probe is not > 0");
+  return double(x.size() * sizeof(float)) / best / 1e9;
+}
+
 // Decimal GB/s of stream copies of `bytes` from `src` to `dst`.
 double copy_gbps(Stream& s, void* dst, const void* src, size_t bytes, double min_seconds) {
   return double(bytes) / best_seconds(s, min_seconds, [&] { s.copy(dst, src, bytes); }) / 1e9;
@@ -231,6 +249,9 @@ MachineRates probe_rates(const Config& c, const RateProbeOptions& o) {
   adam.repeats = 3;
   adam.validate_numel = (size_t{1} << 16) + 3;
   r.adam_gbps = measure_adam_gbps(adam);
+  adam.bf16_states = true;
+  r.adam_bf16_gbps = measure_adam_gbps(adam);
+  r.norm_gbps = norm_gbps(o.min_seconds);
   if (uses_cuda(c)) {
     GpuBenchOptions g;
     g.device = training_cuda_ordinal();

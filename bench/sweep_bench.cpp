@@ -246,6 +246,7 @@ nlohmann::json run_sweep(Communicator& world, const SweepOptions& o) {
                                    {"comm_ms", pred.comm_ms},
                                    {"compute_ms", pred.compute_ms}, {"nvme_ms", pred.nvme_ms},
                                    {"copy_ms", pred.copy_ms}, {"optimizer_ms", pred.optimizer_ms},
+                                   {"norm_ms", pred.norm_ms},
                                    {"exposed_optimizer_ms", pred.exposed_optimizer_ms},
                                    {"steal_ms", pred.steal_ms},
                                    {"bytes_per_step", {{"h2d", pred.bytes.h2d}, {"d2h", pred.bytes.d2h},

@@ -23,14 +23,16 @@ constexpr const char* kWhere = "plan::rate_cache";
 constexpr int kVersion = 1;
 // The rates a usable entry must have (> 0); the NVMe ones only where it names a file system.
 constexpr const char* kRates[] = {"gemm_flops",      "attention_flops", "adam_gbps",
-                                  "device_mem_gbps", "h2d_gbps",        "d2h_gbps"};
+                                  "device_mem_gbps", "h2d_gbps",        "d2h_gbps",
+                                  "adam_bf16_gbps",  "norm_gbps"};
 constexpr const char* kNvmeRates[] = {"nvme_read_gbps", "nvme_write_gbps", "nvme_read_busy_gbps",
                                       "nvme_write_busy_gbps"};
 // CPU seconds of steal per GB beside compute (MachineRates::nvme_steal_s_per_gb); may be 0.
 constexpr const char* kNvmeSteal = "nvme_steal_s_per_gb";
 // The probe's revision, stored in each entry: an entry from an earlier one is measured again.
 // 2: the CPU device's GEMM rate is the median call's, no longer the best call's (5-8 % above).
-constexpr int kProbeRevision = 2;
+// 3: the AdamW with bf16 m and v, and the gradient norm's sum of squares, measured too.
+constexpr int kProbeRevision = 3;
 
 // A damaged entry: --reprobe measures it again and replaces it (store_rates reads the rest).
 [[noreturn]] void corrupt(const std::string& path, const std::string& what) {
@@ -160,6 +162,8 @@ std::optional<MachineRates> load_rates(const std::string& path, const std::strin
   r.device_mem_gbps = rate(kRates[3], true);
   r.h2d_gbps = rate(kRates[4], true);
   r.d2h_gbps = rate(kRates[5], true);
+  r.adam_bf16_gbps = rate(kRates[6], true);
+  r.norm_gbps = rate(kRates[7], true);
   // The NVMe rates only where the entry names a file system (as store_rates writes them).
   if (!r.nvme.empty()) {
     r.nvme_read_gbps = rate(kNvmeRates[0], true);
@@ -190,7 +194,8 @@ void store_rates(const std::string& path, const std::string& key, const MachineR
   if (j.is_null()) j = {{"version", kVersion}, {"machines", nlohmann::json::object()}};
   nlohmann::json e = {{"device", r.device},           {"nvme", r.nvme},
                       {"gemm_flops", r.gemm_flops},   {"attention_flops", r.attention_flops},
-                      {"adam_gbps", r.adam_gbps},
+                      {"adam_gbps", r.adam_gbps},    {"adam_bf16_gbps", r.adam_bf16_gbps},
+                      {"norm_gbps", r.norm_gbps},
                       {"device_mem_gbps", r.device_mem_gbps}, {"h2d_gbps", r.h2d_gbps},
                       {"d2h_gbps", r.d2h_gbps},       {"cpu_threads", r.cpu_threads},
                       {"measured_at", r.measured_at}, {"probe", kProbeRevision}};
@@ -223,6 +228,7 @@ nlohmann::json rates_json(const MachineRates& r) {
   return {{"source", r.source},       {"measured_at", r.measured_at},   {"device", r.device},
           {"nvme", r.nvme},           {"gemm_flops", r.gemm_flops},
           {"attention_flops", r.attention_flops}, {"adam_gbps", r.adam_gbps},
+          {"adam_bf16_gbps", r.adam_bf16_gbps}, {"norm_gbps", r.norm_gbps},
           {"device_mem_gbps", r.device_mem_gbps}, {"h2d_gbps", r.h2d_gbps}, {"d2h_gbps", r.d2h_gbps},
           {"nvme_read_gbps", r.nvme_read_gbps}, {"nvme_write_gbps", r.nvme_write_gbps},
           {"nvme_read_busy_gbps", r.nvme_read_busy_gbps},

@@ -64,7 +64,11 @@ StepPrediction predict_step(const Config& c, int dp, const PlanMachine& machine,
   const int threads = c.train.threads > 0 ? std::min(c.train.threads, measured_threads) : measured_threads;
   const double cpu_share = std::min(share, double(threads) / measured_threads);
   const double gemm = rates.gemm_flops * (cpu ? cpu_share : 1.0);
-  const double adam_gbps = rates.adam_gbps * cpu_share;
+  // The CPU AdamW's kernel for the states' dtype: with bf16 m and v it converts as it streams,
+  // slower per byte than the f32 one (an earlier probe did not measure it: the f32 rate).
+  const bool bf16_states = pl.state == DType::bf16;
+  const double adam_gbps =
+      (bf16_states && rates.adam_bf16_gbps > 0 ? rates.adam_bf16_gbps : rates.adam_gbps) * cpu_share;
   const double device_gbps = rates.device_mem_gbps * (cpu ? cpu_share : 1.0);
   const double h2d_gbps = rates.h2d_gbps * (cpu ? share : 1.0);
   const double d2h_gbps = rates.d2h_gbps * (cpu ? share : 1.0);
@@ -224,7 +228,14 @@ StepPrediction predict_step(const Config& c, int dp, const PlanMachine& machine,
   } else {
     adam_ms = transfer_ms(b.adam, adam_gbps, "CPU AdamW");
   }
-  p.optimizer_ms = std::max(adam_ms, opt_io_ms) + opt_copy_ms;
+  // The gradient norm (every step: the metrics log it, clipping needs it) reads the f32
+  // gradients once before any update of a clipped step; on the cores where the gradients are in
+  // host memory or on the CPU device, else on the GPU (at its memory rate). Not charged where
+  // the rate was not measured (an earlier probe).
+  const bool host_norm = cpu || pl.grads_tier() != Tier::device;
+  const double norm_rate = host_norm ? rates.norm_gbps * cpu_share : device_gbps;
+  p.norm_ms = norm_rate > 0 ? transfer_ms(S, norm_rate, "gradient norm") : 0;
+  p.optimizer_ms = p.norm_ms + std::max(adam_ms, opt_io_ms) + opt_copy_ms;
   if (offload_opt) opt_kind = adam_ms >= opt_io_ms ? "optimizer (cpu adamw)" : "optimizer (nvme)";
   p.nvme_ms = fwd_read_ms + bwd_read_ms + opt_io_ms;
   p.copy_ms = fwd_copy_ms + bwd_copy_ms + opt_copy_ms;
@@ -251,13 +262,15 @@ StepPrediction predict_step(const Config& c, int dp, const PlanMachine& machine,
       first += double(model.unit(u).layout.shard_numel()) / nvme_states;
     // What was read ahead of them (offload.optimizer_read_ahead) is off their disk time.
     const double first_ahead_ms = std::min(first * opt_read_ms, ahead_idle_ms);
+    // (on a GPU their share of the norm, summed unit by unit before each update, comes first)
+    const double first_io_ms = opt_io_ms - first_ahead_ms / std::max(first, 1e-12);
     const double tail = cpu ? first * (opt_io_ms + opt_copy_ms) - first_ahead_ms
-                            : first * (std::max(adam_ms, opt_io_ms - first_ahead_ms / std::max(first, 1e-12)) + opt_copy_ms);
+                            : first * (p.norm_ms + std::max(adam_ms, first_io_ms) + opt_copy_ms);
     // On the CPU device the disk runs at its busy rates while the cores compute, then at its
     // idle ones; the first units' wait (tail) leaves the cores idle.
     // The optimizer's bytes moved while the cores compute cost them their steal (the read-ahead's
     // is the backward's already).
-    double cores = passes + adam_ms + opt_copy_ms;
+    double cores = passes + p.norm_ms + adam_ms + opt_copy_ms;
     if (cpu && disk_busy > 0) {
       const double beside = std::min(1.0, cores / disk_busy);
       const double s = steal_ms(beside * (opt_read - ahead_bytes + opt_write));
@@ -276,7 +289,7 @@ StepPrediction predict_step(const Config& c, int dp, const PlanMachine& machine,
                            transfer_ms(opt_write, write_gbps, "NVMe write");
     const double io_busy = transfer_ms(rest_read, read_busy_gbps, "NVMe read") +
                            transfer_ms(opt_write, write_busy_gbps, "NVMe write");
-    double cores = p.forward_ms + adam_ms + opt_copy_ms;
+    double cores = p.forward_ms + p.norm_ms + adam_ms + opt_copy_ms;
     if (io_busy > 0) {  // the bytes moved while the cores work cost them their steal
       const double s = steal_ms(std::min(1.0, cores / io_busy) * (rest_read + opt_write));
       cores += s;
@@ -286,8 +299,9 @@ StepPrediction predict_step(const Config& c, int dp, const PlanMachine& machine,
         std::max(beside_compute_ms(cores, io_busy, io_idle), io_idle + opt_copy_ms);
     p.exposed_optimizer_ms = window - p.forward_ms;
   } else {
+    // The norm first: every update waits for it, and the forward for the updates.
     const double after_norm = std::max(adam_ms, opt_io_ms - ahead_idle_ms) + opt_copy_ms;
-    p.exposed_optimizer_ms = std::max(0.0, after_norm - p.forward_ms);
+    p.exposed_optimizer_ms = p.norm_ms + std::max(0.0, after_norm - p.forward_ms);
   }
   p.step_ms = passes + p.exposed_optimizer_ms;
 

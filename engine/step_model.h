@@ -82,6 +82,10 @@ struct MachineRates {
                                // LlamaModel::attention_flops_per_token counts it (CUDA: f32 on
                                // the CUDA cores, many times below the GEMMs' tensor-core rate)
   double adam_gbps = 0;        // CPU AdamW, bytes moved per second (28 per f32-state parameter)
+  double adam_bf16_gbps = 0;   // the same with bf16 m and v (train.optimizer_state_dtype = "bf16",
+                               // 20 per parameter); 0: not measured, adam_gbps
+  double norm_gbps = 0;        // the gradient norm's sum of squares over f32 gradients in host
+                               // memory, bytes read per second; 0: not measured (not charged)
   double device_mem_gbps = 0;  // the device AdamW's bytes per second (CPU device: adam_gbps)
   double h2d_gbps = 0;         // host → device copies (CPU device: host memory copies)
   double d2h_gbps = 0;         // device → host copies
@@ -117,6 +121,7 @@ struct StepPrediction {
   double nvme_ms = 0;            // every NVMe byte at its rate (some of it hidden)
   double copy_ms = 0;            // every host ⇄ device byte at its rate (some of it hidden)
   double comm_ms = 0;            // the data-parallel collectives at the comm rate (0: not counted)
+  double norm_ms = 0;            // the gradient norm's pass over the gradients (in optimizer_ms)
   double optimizer_ms = 0;       // the optimizer step on its own
   double exposed_optimizer_ms = 0;  // the part of it the step waits for
   double steal_ms = 0;           // of the parts above: the cores' time a hypervisor takes beside

@@ -19,10 +19,11 @@ std::string rates_text(const MachineRates& r) {
   char line[768];
   std::snprintf(line, sizeof line,
                 "rates: %s, measured %s on %s with %d CPU thread(s): GEMM %.1f GFLOP/s, attention %.1f "
-                "GFLOP/s, CPU AdamW %.2f GB/s, device AdamW %.2f GB/s, host->device %.2f GB/s, "
-                "device->host %.2f GB/s",
+                "GFLOP/s, CPU AdamW %.2f GB/s (bf16 m and v %.2f), gradient norm %.2f GB/s, "
+                "device AdamW %.2f GB/s, host->device %.2f GB/s, device->host %.2f GB/s",
                 r.source.c_str(), r.measured_at.c_str(), r.device.c_str(), r.cpu_threads, r.gemm_flops / 1e9,
-                r.attention_flops / 1e9, r.adam_gbps, r.device_mem_gbps, r.h2d_gbps, r.d2h_gbps);
+                r.attention_flops / 1e9, r.adam_gbps, r.adam_bf16_gbps, r.norm_gbps,
+                r.device_mem_gbps, r.h2d_gbps, r.d2h_gbps);
   std::string t = line;
   if (r.comm_gbps > 0) {
     std::snprintf(line, sizeof line, ", collectives %.2f GB/s", r.comm_gbps);
@@ -92,7 +93,7 @@ nlohmann::json auto_plan_json(const AutoPlan& plan, const MachineRates& rates) {
                     {"predicted", {{"step_ms", p.step_ms}, {"forward_ms", p.forward_ms},
                                    {"backward_ms", p.backward_ms}, {"compute_ms", p.compute_ms},
                                    {"nvme_ms", p.nvme_ms}, {"copy_ms", p.copy_ms}, {"comm_ms", p.comm_ms},
-                                   {"optimizer_ms", p.optimizer_ms},
+                                   {"optimizer_ms", p.optimizer_ms}, {"norm_ms", p.norm_ms},
                                    {"exposed_optimizer_ms", p.exposed_optimizer_ms},
                                    {"steal_ms", p.steal_ms},
                                    {"bottleneck", p.bottleneck}}}});

@@ -28,6 +28,8 @@ MachineRates rates() {
   r.gemm_flops = 100e9;
   r.attention_flops = 100e9;
   r.adam_gbps = 10;
+  r.adam_bf16_gbps = 8;
+  r.norm_gbps = 40;
   r.device_mem_gbps = 1000;
   r.h2d_gbps = 20;
   r.d2h_gbps = 20;
@@ -401,6 +403,37 @@ TEST(StepModel, OverlapHidesTheOptimizerBehindTheForwardOnly) {
   EXPECT_NEAR(cpu_on, predict_step(c, 1, cpu, r).step_ms, 1e-9);
 }
 
+// The CPU AdamW with bf16 m and v runs at its own measured rate (it converts as it streams: on
+// the 2-core Xeon VM its updates took 476 ms where the f32 kernel's rate gave 318), and the
+// gradient norm's pass over the f32 gradients is charged before the updates: at the CPU's sum of
+// squares rate with the gradients in host memory, at the device's memory rate on a GPU. A rate
+// an earlier probe did not measure falls back (f32 AdamW) or is not charged (norm).
+TEST(StepModel, Bf16StatesAndTheNormRunAtTheirOwnRates) {
+  Config c = placed(small(""), Tier::host, Tier::host);
+  c.offload.overlap_optimizer = false;
+  const MachineRates r = rates();
+  const LlamaModel model(c.model, 1);
+  double shard = 0;
+  for (const auto& u : model.units()) shard += double(u.layout.shard_numel());
+  const StepPrediction f32 = predict_step(c, 1, gpu_machine(), r);
+  EXPECT_NEAR(f32.norm_ms, shard * 4 / (r.norm_gbps * 1e9) * 1e3, 1e-9 * f32.norm_ms);
+  EXPECT_NEAR(f32.optimizer_ms, f32.norm_ms + f32.bytes.adam / (r.adam_gbps * 1e9) * 1e3,
+              1e-9 * f32.optimizer_ms);
+  c.train.optimizer_state_dtype = DType::bf16;
+  const StepPrediction bf16 = predict_step(c, 1, gpu_machine(), r);
+  EXPECT_NEAR(bf16.optimizer_ms, bf16.norm_ms + bf16.bytes.adam / (r.adam_bf16_gbps * 1e9) * 1e3,
+              1e-9 * bf16.optimizer_ms);
+  EXPECT_NEAR(bf16.step_ms, bf16.forward_ms + bf16.backward_ms + bf16.optimizer_ms, 1e-9);
+  MachineRates earlier = r;  // a cache entry of an earlier probe
+  earlier.adam_bf16_gbps = earlier.norm_gbps = 0;
+  const StepPrediction old = predict_step(c, 1, gpu_machine(), earlier);
+  EXPECT_EQ(old.norm_ms, 0);
+  EXPECT_NEAR(old.optimizer_ms, bf16.bytes.adam / (r.adam_gbps * 1e9) * 1e3, 1e-9 * old.optimizer_ms);
+  // The gradients on the GPU: its memory rate.
+  const StepPrediction dev = predict_step(placed(c, Tier::device, Tier::device), 1, gpu_machine(), r);
+  EXPECT_NEAR(dev.norm_ms, shard * 4 / (r.device_mem_gbps * 1e9) * 1e3, 1e-9 * dev.norm_ms);
+}
+
 // Attention runs on its own kernels at its own rate: the GEMM FLOPs at the GEMM rate, the
 // attention FLOPs (6·layers·T·dim per token) at the attention rate, the backward twice the
 // forward. On an H200 the f32 attention kernel ran ~100x below the bf16-operand GEMMs, and
@@ -539,8 +572,11 @@ TEST(StepModel, ReadAheadMovesStateReadsIntoTheBackward) {
   const double read_ms = all.bytes.nvme_read / (r.nvme_read_gbps * 1e9) * 1e3;
   const double write_ms = all.bytes.nvme_write / (r.nvme_write_gbps * 1e9) * 1e3;
   EXPECT_NEAR(all.backward_ms, std::max(none.backward_ms, read_ms), 1e-9 * read_ms);
-  EXPECT_NEAR(all.step_ms, all.forward_ms + all.backward_ms + std::max(0.0, write_ms - all.forward_ms),
+  // (the norm first: every update waits for it)
+  EXPECT_NEAR(all.step_ms,
+              all.forward_ms + all.backward_ms + all.norm_ms + std::max(0.0, write_ms - all.forward_ms),
               1e-9 * all.step_ms);
+  EXPECT_GT(all.norm_ms, 0);
   EXPECT_LT(all.step_ms, none.step_ms);
   const Config host = placed(c, Tier::host, Tier::host);
   c.offload.optimizer_read_ahead = 0;
@@ -709,6 +745,8 @@ TEST(RateCache, RoundTrip) {
   const auto back = load_rates(path, key);
   ASSERT_TRUE(back.has_value());
   EXPECT_EQ(back->gemm_flops, 100e9);
+  EXPECT_EQ(back->adam_bf16_gbps, 8);
+  EXPECT_EQ(back->norm_gbps, 40);
   EXPECT_EQ(back->nvme_read_gbps, 2);
   EXPECT_EQ(back->nvme_write_gbps, 1.5);
   EXPECT_EQ(back->nvme_read_busy_gbps, 2);
@@ -762,19 +800,20 @@ TEST(RateCache, EntryWithoutTheAttentionRateIsMeasuredAgain) {
   EXPECT_EQ(load_rates(path, key)->attention_flops, 100e9);
 }
 
-// Nor an entry an earlier probe measured (before the CPU's GEMM rate was its median call's: the
-// best call's ran 5-8 % above the median, which a step's linear layers do not exceed).
+// Nor an entry an earlier probe measured (1: before the CPU's GEMM rate was its median call's:
+// the best call's ran 5-8 % above the median, which a step's linear layers do not exceed; 2:
+// before the bf16-state AdamW and the gradient norm were measured).
 TEST(RateCache, EntryOfAnEarlierProbeIsMeasuredAgain) {
   const std::string path = scratch_dir() + "/rates.json";
   const std::string key = rate_cache_key("test gpu", "259:1 /mnt (ext4)");
   store_rates(path, key, rates());
   ASSERT_TRUE(load_rates(path, key).has_value());
   const std::string stored = strata::test::read_bytes(path);
-  const size_t at = stored.find("\"probe\": 2");
+  const size_t at = stored.find("\"probe\": 3");
   ASSERT_NE(at, std::string::npos) << stored;
-  for (const char* older : {"\"probe\": 1", "\"probe\": \"2\"", "\"probe0\": 2"}) {
+  for (const char* older : {"\"probe\": 1", "\"probe\": 2", "\"probe\": \"3\"", "\"probe0\": 3"}) {
     std::string text = stored;
-    text.replace(at, std::string("\"probe\": 2").size(), older);
+    text.replace(at, std::string("\"probe\": 3").size(), older);
     write_bytes(path, text);
     EXPECT_FALSE(load_rates(path, key).has_value()) << text;
   }
