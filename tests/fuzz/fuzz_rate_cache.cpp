@@ -28,6 +28,8 @@ MachineRates measured() {
   r.gemm_flops = 1.25e12;
   r.attention_flops = 3e11;
   r.adam_gbps = 20.5;
+  r.adam_bf16_gbps = 18.25;
+  r.norm_gbps = 9.75;
   r.device_mem_gbps = 1500;
   r.h2d_gbps = 24;
   r.d2h_gbps = 25.5;
@@ -45,6 +47,7 @@ MachineRates measured() {
 bool same(const MachineRates& a, const MachineRates& b) {
   return a.device == b.device && a.nvme == b.nvme && a.gemm_flops == b.gemm_flops &&
          a.attention_flops == b.attention_flops && a.adam_gbps == b.adam_gbps &&
+         a.adam_bf16_gbps == b.adam_bf16_gbps && a.norm_gbps == b.norm_gbps &&
          a.device_mem_gbps == b.device_mem_gbps && a.h2d_gbps == b.h2d_gbps &&
          a.d2h_gbps == b.d2h_gbps && a.nvme_read_gbps == b.nvme_read_gbps &&
          a.nvme_write_gbps == b.nvme_write_gbps &&
