@@ -107,28 +107,35 @@ struct Samples {
 };
 
 // The chosen ISA against the scalar reference on `n` elements over three steps, for the plain
-// step, the fused step (scale + bf16 copy) and the unfused sequence, which must equal the fused
-// one. Returns the number of differing elements (all arrays).
+// step, the fused step (scale + bf16 copy), the unfused sequence, which must equal the fused
+// one, and the step with bf16 m and v. Returns the number of differing elements (all arrays).
 size_t validate(AdamIsa isa, size_t n, const AdamWHyper& h, float scale) {
   std::vector<float> p(n), g(n), m(n), v(n);
-  std::vector<uint16_t> pb(n);
+  std::vector<uint16_t> pb(n), m16(n), v16(n);
   fill(p.data(), g.data(), m.data(), v.data(), pb.data(), 0, n);
+  fill_bf16_states(m16.data(), v16.data(), 0, n);
   struct Copy {
     std::vector<float> p, g, m, v;
-    std::vector<uint16_t> pb;
-    AdamWTensors t(bool copy) {
+    std::vector<uint16_t> pb, m16, v16;
+    AdamWTensors t(bool copy, bool bf16_states = false) {
       AdamWTensors t;
       t.param = p.data();
       t.grad = g.data();
-      t.m = m.data();
-      t.v = v.data();
+      if (bf16_states) {
+        t.m_bf16 = m16.data();
+        t.v_bf16 = v16.data();
+      } else {
+        t.m = m.data();
+        t.v = v.data();
+      }
       t.n = p.size();
       if (copy) t.param_bf16 = pb.data();
       return t;
     }
   };
-  Copy ref{p, g, m, v, pb}, plain{p, g, m, v, pb}, ref_fused{p, g, m, v, pb}, fused{p, g, m, v, pb},
-      unfused{p, g, m, v, pb};
+  const Copy start{p, g, m, v, pb, m16, v16};
+  Copy ref = start, plain = start, ref_fused = start, fused = start, unfused = start,
+       ref_bf16 = start, bf16 = start;
   for (int64_t step = 1; step <= 3; ++step) {
     adamw_update_isa(AdamIsa::scalar, h, step, 1.0f, ref.t(false));
     adamw_update_isa(isa, h, step, 1.0f, plain.t(false));
@@ -138,6 +145,8 @@ size_t validate(AdamIsa isa, size_t n, const AdamWHyper& h, float scale) {
     scale_inplace_isa(isa, unfused.g.data(), n, scale);
     adamw_update_isa(isa, h, step, 1.0f, unfused.t(false));
     convert_f32_to_bf16_isa(isa, unfused.p.data(), unfused.pb.data(), n);
+    adamw_update_isa(AdamIsa::scalar, h, step, 1.0f, ref_bf16.t(false, true));
+    adamw_update_isa(isa, h, step, 1.0f, bf16.t(false, true));
   }
   auto diff = [](const auto& a, const auto& b) {
     size_t d = 0;
@@ -148,40 +157,7 @@ size_t validate(AdamIsa isa, size_t n, const AdamWHyper& h, float scale) {
   for (const Copy* c : {&fused, &unfused})
     wrong += diff(ref_fused.p, c->p) + diff(ref_fused.m, c->m) + diff(ref_fused.v, c->v) +
              diff(ref_fused.pb, c->pb);
-  return wrong;
-}
-
-// The step with bf16 m and v: the chosen ISA against the scalar reference on `n` elements over
-// three steps. Returns the number of differing elements (θ, m, v).
-size_t validate_bf16_states(AdamIsa isa, size_t n, const AdamWHyper& h) {
-  struct State {
-    std::vector<float> p, g;
-    std::vector<uint16_t> m, v;
-    AdamWTensors t() {
-      AdamWTensors t;
-      t.param = p.data();
-      t.grad = g.data();
-      t.m_bf16 = m.data();
-      t.v_bf16 = v.data();
-      t.n = p.size();
-      return t;
-    }
-  };
-  State ref{std::vector<float>(n), std::vector<float>(n), std::vector<uint16_t>(n),
-            std::vector<uint16_t>(n)};
-  std::vector<float> m(n), v(n);
-  std::vector<uint16_t> pb(n);
-  fill(ref.p.data(), ref.g.data(), m.data(), v.data(), pb.data(), 0, n);
-  fill_bf16_states(ref.m.data(), ref.v.data(), 0, n);
-  State got = ref;
-  for (int64_t step = 1; step <= 3; ++step) {
-    adamw_update_isa(AdamIsa::scalar, h, step, 1.0f, ref.t());
-    adamw_update_isa(isa, h, step, 1.0f, got.t());
-  }
-  size_t wrong = 0;
-  for (size_t i = 0; i < n; ++i)
-    wrong += (std::memcmp(&ref.p[i], &got.p[i], 4) != 0) + (ref.m[i] != got.m[i]) +
-             (ref.v[i] != got.v[i]);
+  wrong += diff(ref_bf16.p, bf16.p) + diff(ref_bf16.m16, bf16.m16) + diff(ref_bf16.v16, bf16.v16);
   return wrong;
 }
 
@@ -209,8 +185,7 @@ Setup checked_setup(const AdamBenchOptions& o) {
   s.h.lr = 1e-3f;
   s.h.weight_decay = 0.01f;
   s.validate_n = std::min(o.validate_numel, o.numel);
-  const size_t wrong = validate(s.isa, s.validate_n, s.h, kFusedScale) +
-                       validate_bf16_states(s.isa, s.validate_n, s.h);
+  const size_t wrong = validate(s.isa, s.validate_n, s.h, kFusedScale);
   if (wrong != 0)
     fail(kWhere, str(wrong, " elements of the ", adam_isa_name(s.isa),
                      " path differ from the scalar reference on ", s.validate_n,
