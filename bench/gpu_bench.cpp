@@ -379,8 +379,7 @@ Config train_config(const GpuBenchOptions& o) {
   c.eval.batches = 0;
   c.log.every = 1000000;
   for (const auto& kv : o.train_overrides) apply_override(c, kv);
-  c.checkpoint.dir.clear();  // a benchmark saves nothing and logs no metrics file
-  c.log.metrics.clear();
+  clear_run_outputs(c);  // a benchmark saves nothing and logs no metrics file
   validate(c);
   return c;
 }

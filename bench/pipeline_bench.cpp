@@ -85,8 +85,7 @@ nlohmann::json run_pipeline_bench(const PipelineBenchOptions& o) {
                                     " micro-batches per step"),
              str("drop ", m, " from --micro, or measure it with --schedules gpipe only"));
       Config cfg = base;
-      cfg.checkpoint.dir.clear();  // a benchmark saves nothing and logs no metrics file
-      cfg.log.metrics.clear();
+      clear_run_outputs(cfg);  // a benchmark saves nothing and logs no metrics file
       cfg.parallel.pp_schedule =
           sched == "gpipe" ? PipelineSchedule::gpipe : PipelineSchedule::one_f_one_b;
       cfg.train.grad_accum = m;

@@ -177,9 +177,8 @@ nlohmann::json run_sweep(Communicator& world, const SweepOptions& o) {
     c.offload.grads = p.grads;
     c.offload.overlap_optimizer = run.overlap;
     c.eval.batches = 0;
-    c.log.metrics.clear();
+    clear_run_outputs(c);  // runs of one config: none saves
     c.log.trace.clear();
-    c.checkpoint.dir.clear();  // runs of one config: none saves
     validate(c);
     std::vector<double> step, compute, wait_comm, wait_io, optim, uwait, tps, h2d, d2h, nr, nw, comm;
     std::vector<double> cores, steal;  // the steps' CPU time (StepRecord::cpu)

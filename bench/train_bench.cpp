@@ -49,8 +49,7 @@ nlohmann::json run_train_bench(const TrainBenchOptions& o) {
     step_ms.push_back(r.step_ms);
   };
   cfg.eval.batches = 0;
-  cfg.checkpoint.dir.clear();  // a benchmark saves nothing and logs no metrics file
-  cfg.log.metrics.clear();
+  clear_run_outputs(cfg);  // a benchmark saves nothing and logs no metrics file
   TrainSummary s;
   int64_t params;
   double flops_per_token;
@@ -150,8 +149,7 @@ nlohmann::json run_train_layouts_bench(const TrainBenchOptions& o,
     cfg.parallel.tp = tp;
     cfg.parallel.dp = dp;
     cfg.eval.batches = 0;
-    cfg.checkpoint.dir.clear();  // a benchmark saves nothing and logs no metrics file
-    cfg.log.metrics.clear();
+    clear_run_outputs(cfg);  // a benchmark saves nothing and logs no metrics file
     cfg.log.trace = str(trace_dir, "/strata-bench-", layout, "-", getpid(), ".json");
     TrainerOptions topt;
     topt.progress = false;

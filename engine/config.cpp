@@ -1031,6 +1031,11 @@ Config parse_config(std::string_view toml_text, const std::string& origin,
   return config;
 }
 
+void clear_run_outputs(Config& config) {
+  config.checkpoint.dir.clear();
+  config.log.metrics.clear();
+}
+
 void validate(const Config& c) {
   constexpr const char* kWhere = "config::validate";
   for (const Key& k : keys()) {

@@ -189,6 +189,11 @@ void apply_override(Config& config, std::string_view assignment);
 std::string override_key(std::string_view assignment);
 // Impossible combinations, ranges, shapes (heads dividing dim, kv heads dividing heads, ...).
 void validate(const Config& config);
+
+// A run that writes none of a training run's files: no checkpoint (checkpoint.dir is not claimed)
+// and no metrics file (log.metrics is not truncated). Benchmarks and `strata eval` run so; a
+// trace (log.trace) is the caller's choice.
+void clear_run_outputs(Config& config);
 // The whole config as TOML (loadable by load_config) and as JSON (for manifests and metrics).
 std::string config_to_toml(const Config& config);
 nlohmann::json config_to_json(const Config& config);

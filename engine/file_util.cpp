@@ -41,16 +41,14 @@ void fsync_dir_of(const std::string& path) noexcept {
   ::close(fd);
 }
 
-}  // namespace
-
-MappedFile::MappedFile(const std::string& path, std::string_view where) : path_(path) {
+// path opened for reading, with its stat in st; an Error unless it is a regular file.
+int open_regular(const std::string& path, std::string_view where, struct stat& st) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     int err = errno;
     fail(std::string(where), str(path, ": cannot open: ", errno_string(err)),
          err == ENOENT ? "check the path (relative paths start at the working directory)" : "");
   }
-  struct stat st {};
   if (::fstat(fd, &st) != 0) {
     int err = errno;
     ::close(fd);
@@ -60,6 +58,14 @@ MappedFile::MappedFile(const std::string& path, std::string_view where) : path_(
     ::close(fd);
     fail(std::string(where), str(path, ": not a regular file"));
   }
+  return fd;
+}
+
+}  // namespace
+
+MappedFile::MappedFile(const std::string& path, std::string_view where) : path_(path) {
+  struct stat st {};
+  int fd = open_regular(path, where, st);
   size_ = static_cast<uint64_t>(st.st_size);
   if (size_ > 0) {
     void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
@@ -213,8 +219,26 @@ bool same_folder(const std::string& a, const std::string& b) {
 }
 
 std::string read_file(const std::string& path, std::string_view where) {
-  MappedFile m(path, where);
-  return std::string(reinterpret_cast<const char*>(m.data()), m.size());
+  // To the end of the file, not st_size bytes: a pseudo-file reports size 0 and has content
+  // (/proc/cpuinfo), or refuses to be read (/proc/self/mem: EIO); neither reads as empty.
+  struct stat st {};
+  int fd = open_regular(path, where, st);
+  std::string text;
+  text.reserve(size_t(st.st_size));
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n == 0) break;
+    if (n < 0) {
+      const int err = errno;
+      if (err == EINTR) continue;
+      ::close(fd);
+      fail(std::string(where), str(path, ": cannot read: ", errno_string(err)));
+    }
+    text.append(buf, size_t(n));
+  }
+  ::close(fd);
+  return text;
 }
 
 std::string float_text(float v) {

@@ -18,8 +18,7 @@ void register_eval(CLI::App& app) {
     Config cfg = load(*args);
     // Evaluation trains nothing and writes none of a run's files: a training config's
     // checkpoint.dir is not claimed, and its log.metrics is not truncated.
-    cfg.checkpoint.dir.clear();
-    cfg.log.metrics.clear();
+    clear_run_outputs(cfg);
     cfg.log.trace.clear();
     auto world = make_world();
     std::unique_ptr<Trainer> trainer;  // outlives the catch below: see end_job_if_peers

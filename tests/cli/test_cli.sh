@@ -38,6 +38,9 @@ expect_error "model.dimm"         train --config "$work/unknown_key.toml"
 expect_error "model.dim"          train --config "$work/wrong_type.toml"
 expect_error "syntax"             train --config "$work/syntax.toml"
 expect_error "nope.toml"          train --config "$work/nope.toml"
+# A pseudo-file is read to its end, not to the size it reports (0): /proc/self/mem refuses the
+# read (EIO), and was read as an empty config, training the defaults.
+expect_error "/proc/self/mem: cannot read" train --config /proc/self/mem
 expect_error "train.stepz"        train --set train.stepz=3
 expect_error "model.n_heads"      train --set model.n_heads=7
 expect_error "model.n_kv_heads"   train --set model.n_kv_heads=3
