@@ -11,7 +11,9 @@ With --disk [SECONDS], also what the NVMe tier moved and when (each job's span c
 the bytes read and written, the disk's rate in bins of SECONDS (1 by default; a job's bytes are
 spread evenly over its span), the bins where requests were in flight but the disk moved less than
 a quarter of its median busy rate (stalls), and for each optimizer update the bytes of the jobs
-that ended inside it and their rate.
+that ended inside it, their rate, and the shares of its time with reads and writes both in flight,
+reads only, writes only, and neither (an update whose disk runs one way at a time, or idles,
+does not keep the disk at its mixed rate).
 Usage: tools/trace_summary.py [--disk [SECONDS]] TRACE.json [TRACE.rank1 ...]
 (standard library only)
 """
@@ -29,6 +31,29 @@ def merged(intervals):
         else:
             out.append([a, b])
     return out
+
+
+def intersect(a, b):
+    """The intersection of two sorted lists of disjoint [a, b) intervals."""
+    out, i, j = [], 0, 0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if lo < hi:
+            out.append([lo, hi])
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
+def length(intervals):
+    return sum(b - a for a, b in intervals)
+
+
+def within(intervals, a, b):
+    """The parts of sorted disjoint intervals inside [a, b)."""
+    return [[max(x, a), min(y, b)] for x, y in intervals if y > a and x < b]
 
 
 def union_us(spans):
@@ -78,15 +103,23 @@ def disk(events, names, t0, t1, bin_s):
     updates = [e for e in events if e.get("ph") == "X" and names.get(e["tid"]) == "optimizer"
                and e["name"].startswith("update ")]
     if updates:
-        print("  optimizer updates: NVMe bytes of the jobs that ended inside each, and their rate")
+        reads = merged((e["ts"], e["ts"] + e["dur"]) for e in jobs if is_read(e))
+        writes = merged((e["ts"], e["ts"] + e["dur"]) for e in jobs if not is_read(e))
+        print("  optimizer updates: NVMe bytes of the jobs that ended inside each, their rate, and the")
+        print("  shares of the update's time with reads and writes in flight (both / read / write / none)")
         for u in sorted(updates, key=lambda e: e["ts"]):
             a, b = u["ts"], u["ts"] + u["dur"]
             inside = [e for e in jobs if a <= e["ts"] + e["dur"] <= b]
             r = sum(e["args"]["bytes"] for e in inside if is_read(e))
             w = sum(e["args"]["bytes"] for e in inside if not is_read(e))
             gbps = (r + w) / 1e9 / (u["dur"] / 1e6) if u["dur"] > 0 else 0.0
+            rd, wr = within(reads, a, b), within(writes, a, b)
+            both = length(intersect(rd, wr))
+            shares = [both, length(rd) - both, length(wr) - both]
+            shares.append(u["dur"] - sum(shares))
+            pct = " / ".join(f"{100 * x / u['dur']:3.0f}" if u["dur"] > 0 else "  -" for x in shares)
             print(f"    {u['name'][7:]:16s} at {(a - t0) / 1e6:8.2f} s  {u['dur'] / 1e3:8.1f} ms  "
-                  f"read {r / 1e9:6.3f} GB  written {w / 1e9:6.3f} GB  {gbps:5.2f} GB/s")
+                  f"read {r / 1e9:6.3f} GB  written {w / 1e9:6.3f} GB  {gbps:5.2f} GB/s  {pct} %")
 
 
 def summarize(path, bin_s=None):
