@@ -262,8 +262,8 @@ StepPrediction predict_step(const Config& c, int dp, const PlanMachine& machine,
       first += double(model.unit(u).layout.shard_numel()) / nvme_states;
     // What was read ahead of them (offload.optimizer_read_ahead) is off their disk time.
     const double first_ahead_ms = std::min(first * opt_read_ms, ahead_idle_ms);
-    // (on a GPU their share of the norm, summed unit by unit before each update, comes first)
     const double first_io_ms = opt_io_ms - first_ahead_ms / std::max(first, 1e-12);
+    // (on a GPU their share of the norm, summed unit by unit before each update, comes first)
     const double tail = cpu ? first * (opt_io_ms + opt_copy_ms) - first_ahead_ms
                             : first * (p.norm_ms + std::max(adam_ms, first_io_ms) + opt_copy_ms);
     // On the CPU device the disk runs at its busy rates while the cores compute, then at its
@@ -295,8 +295,10 @@ StepPrediction predict_step(const Config& c, int dp, const PlanMachine& machine,
       cores += s;
       p.steal_ms += s;
     }
+    // The disk's part waits for the norm too (beyond the read-ahead, the updates' reads and
+    // writes follow it).
     const double window =
-        std::max(beside_compute_ms(cores, io_busy, io_idle), io_idle + opt_copy_ms);
+        std::max(beside_compute_ms(cores, io_busy, io_idle), p.norm_ms + io_idle + opt_copy_ms);
     p.exposed_optimizer_ms = window - p.forward_ms;
   } else {
     // The norm first: every update waits for it, and the forward for the updates.

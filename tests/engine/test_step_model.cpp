@@ -292,7 +292,7 @@ TEST(StepModel, PlanChecksTheSwapFilesPerFileSystem) {
   ASSERT_EQ(swap_checks(bad).size(), 2u);
   EXPECT_EQ(swap_checks(bad)[1].limit, 0u);
   // (why: "not on a disk" as root, "not writable" otherwise)
-  EXPECT_NE(bad.failed_checks().find("'/proc/strata-no-such-folder': "), std::string::npos);
+  EXPECT_NE(bad.failed_checks().find("'/proc/strata-no-such-folder' ("), std::string::npos);
   EXPECT_NE(bad.hint().find("offload.nvme_path"), std::string::npos);
   EXPECT_EQ(one.hint(), kDoesNotFitHint);
 }
@@ -432,6 +432,20 @@ TEST(StepModel, Bf16StatesAndTheNormRunAtTheirOwnRates) {
   // The gradients on the GPU: its memory rate.
   const StepPrediction dev = predict_step(placed(c, Tier::device, Tier::device), 1, gpu_machine(), r);
   EXPECT_NEAR(dev.norm_ms, shard * 4 / (r.device_mem_gbps * 1e9) * 1e3, 1e-9 * dev.norm_ms);
+  // A clipped overlapped step on the CPU device whose disk is the limit: the updates' reads and
+  // writes follow the norm, so the step is the backward, the norm and the disk's time (params in
+  // host memory: every NVMe byte is the optimizer's), and never shorter than unclipped.
+  Config nv = placed(small(scratch_dir()), Tier::host, Tier::nvme);
+  MachineRates slow = r;
+  slow.nvme_read_gbps = slow.nvme_write_gbps = 0.01;
+  slow.nvme_read_busy_gbps = slow.nvme_write_busy_gbps = 0.01;
+  slow.norm_gbps = 0.001;  // a norm long enough to matter
+  const StepPrediction clipped = predict_step(nv, 1, cpu_machine(), slow);
+  const double disk_ms = clipped.bytes.nvme_read / (0.01 * 1e9) * 1e3 +
+                         clipped.bytes.nvme_write / (0.01 * 1e9) * 1e3;
+  EXPECT_NEAR(clipped.step_ms, clipped.backward_ms + clipped.norm_ms + disk_ms, 1e-9 * clipped.step_ms);
+  nv.train.grad_clip = 0;
+  EXPECT_LE(predict_step(nv, 1, cpu_machine(), slow).step_ms, clipped.step_ms);
 }
 
 // Attention runs on its own kernels at its own rate: the GEMM FLOPs at the GEMM rate, the
