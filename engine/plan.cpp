@@ -210,7 +210,8 @@ MemoryPlan plan_memory(const Config& c, int dp, const PlanMachine& machine, int 
     for (const SwapFileSystem& f : swap_file_systems(c.offload.nvme_path))
       p.checks.push_back({str("NVMe swap of ", p.ranks_here, " rank(s)"),
                           mul(mul(share, f.files), uint64_t(p.ranks_here)), f.free_bytes,
-                          str("free space in ", f.dirs, f.problem.empty() ? "" : ": ", f.problem)});
+                          f.problem.empty() ? str("free space in ", f.dirs)
+                                            : str("free space in ", f.dirs, " (", f.problem, ")")});
   }
   return p;
 }

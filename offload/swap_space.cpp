@@ -38,21 +38,29 @@ struct FolderFs {
   std::string problem;
 };
 FolderFs folder_fs(const std::string& dir) {
+  FolderFs f;
   std::error_code ec;
   std::filesystem::path p(dir);
-  while (!p.empty() && !std::filesystem::exists(p, ec)) p = p.parent_path();  // nearest existing
+  // Up to the nearest existing folder; a path that cannot be looked up (a symbolic link loop, a
+  // name too long) is the problem, not a folder to be made.
+  while (!p.empty() && !std::filesystem::exists(p, ec)) {
+    if (ec) {
+      f.problem = str("'", p.string(), "' cannot be looked up: ", ec.message());
+      return f;
+    }
+    p = p.parent_path();
+  }
   const std::string at = p.empty() ? "." : p.string();
-  FolderFs f;
   struct stat sb {};
   struct statvfs vfs {};
   if (!std::filesystem::is_directory(at, ec)) f.problem = str("'", at, "' is not a folder");
-  else if (::access(at.c_str(), W_OK) != 0) f.problem = str("'", at, "' is not writable");
   else if (::stat(at.c_str(), &sb) != 0)
     f.problem = str("stat('", at, "') failed: ", errno_text_of(errno));
   else if (::statvfs(at.c_str(), &vfs) != 0)
     f.problem = str("statvfs('", at, "') failed: ", errno_text_of(errno));
   else if (vfs.f_flag & ST_RDONLY) f.problem = "a read-only file system";
   else if (vfs.f_blocks == 0) f.problem = "not on a disk";
+  else if (::access(at.c_str(), W_OK) != 0) f.problem = str("'", at, "' is not writable");
   else {
     f.dev = sb.st_dev;
     f.free_bytes = uint64_t(vfs.f_bavail) * vfs.f_frsize;

@@ -54,8 +54,8 @@ struct SwapFileSystem {
 };
 // `dirs` grouped by file system (st_dev), in their order. A folder not made yet is looked up at
 // its nearest existing ancestor (training creates it). A folder where no file can be made (not a
-// folder, not writable, read-only, not on a disk such as /proc) is an entry of its own with its
-// problem. The engine refuses such a folder and checks each file system's share before creating
+// folder, read-only, not on a disk such as /proc, not writable, a path that cannot be looked up)
+// is an entry of its own with its problem. The engine refuses such a folder and checks each file system's share before creating
 // anything; `strata plan` checks the same.
 std::vector<SwapFileSystem> swap_file_systems(const std::vector<std::string>& dirs);
 
