@@ -6,12 +6,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <filesystem>
 #include <utility>
 
 #include "core/error.h"
+#include "core/size.h"
 #include "core/watchdog.h"
 
 namespace strata::fileutil {
@@ -41,9 +43,11 @@ void fsync_dir_of(const std::string& path) noexcept {
   ::close(fd);
 }
 
-// path opened for reading, with its stat in st; an Error unless it is a regular file.
+// path opened for reading, with its stat in st; an Error unless it is a regular file. Opened
+// without blocking: a FIFO with no writer would otherwise hold open() for good (it is refused
+// below, as not a regular file); reads of a regular file ignore the flag.
 int open_regular(const std::string& path, std::string_view where, struct stat& st) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
     int err = errno;
     fail(std::string(where), str(path, ": cannot open: ", errno_string(err)),
@@ -220,9 +224,12 @@ bool same_folder(const std::string& a, const std::string& b) {
 
 std::string read_file(const std::string& path, std::string_view where) {
   // To the end of the file, not st_size bytes: a pseudo-file reports size 0 and has content
-  // (/proc/cpuinfo), or refuses to be read (/proc/self/mem: EIO); neither reads as empty.
+  // (/proc/cpuinfo), or refuses to be read (/proc/self/mem: EIO); neither reads as empty. Nor
+  // does one read on without end (/proc/self/pagemap): past the larger of its size and 16 MiB, a
+  // file is refused.
   struct stat st {};
   int fd = open_regular(path, where, st);
+  const uint64_t limit = std::max<uint64_t>(uint64_t(st.st_size), uint64_t{16} << 20);
   std::string text;
   text.reserve(size_t(st.st_size));
   char buf[1 << 16];
@@ -236,6 +243,11 @@ std::string read_file(const std::string& path, std::string_view where) {
       fail(std::string(where), str(path, ": cannot read: ", errno_string(err)));
     }
     text.append(buf, size_t(n));
+    if (text.size() > limit) {
+      ::close(fd);
+      fail(std::string(where), str(path, ": reads past ", format_bytes(limit), " (its size says ",
+                                   format_bytes(uint64_t(st.st_size)), "): not a file to read whole"));
+    }
   }
   ::close(fd);
   return text;

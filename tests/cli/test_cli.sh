@@ -41,6 +41,11 @@ expect_error "nope.toml"          train --config "$work/nope.toml"
 # A pseudo-file is read to its end, not to the size it reports (0): /proc/self/mem refuses the
 # read (EIO), and was read as an empty config, training the defaults.
 expect_error "/proc/self/mem: cannot read" train --config /proc/self/mem
+# ... and not without end (/proc/self/pagemap reads on for the whole address space), nor is a
+# FIFO with no writer waited on.
+expect_error "not a file to read whole" train --config /proc/self/pagemap
+mkfifo "$work/config.fifo"
+expect_error "not a regular file" train --config "$work/config.fifo"
 expect_error "train.stepz"        train --set train.stepz=3
 expect_error "model.n_heads"      train --set model.n_heads=7
 expect_error "model.n_kv_heads"   train --set model.n_kv_heads=3
