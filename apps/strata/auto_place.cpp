@@ -16,15 +16,17 @@
 namespace strata::app {
 
 std::string rates_text(const MachineRates& r) {
-  char line[768];
+  // The names (a path, a device, file systems) as they are, of any length; the numbers formatted.
+  std::string t = str("rates: ", r.source, ", measured ", r.measured_at, " on ", r.device, " with ",
+                      r.cpu_threads, " CPU thread(s): ");
+  char line[512];
   std::snprintf(line, sizeof line,
-                "rates: %s, measured %s on %s with %d CPU thread(s): GEMM %.1f GFLOP/s, attention %.1f "
-                "GFLOP/s, CPU AdamW %.2f GB/s (bf16 m and v %.2f), gradient norm %.2f GB/s, "
-                "device AdamW %.2f GB/s, host->device %.2f GB/s, device->host %.2f GB/s",
-                r.source.c_str(), r.measured_at.c_str(), r.device.c_str(), r.cpu_threads, r.gemm_flops / 1e9,
-                r.attention_flops / 1e9, r.adam_gbps, r.adam_bf16_gbps, r.norm_gbps,
-                r.device_mem_gbps, r.h2d_gbps, r.d2h_gbps);
-  std::string t = line;
+                "GEMM %.1f GFLOP/s, attention %.1f GFLOP/s, CPU AdamW %.2f GB/s (bf16 m and v "
+                "%.2f), gradient norm %.2f GB/s, device AdamW %.2f GB/s, host->device %.2f GB/s, "
+                "device->host %.2f GB/s",
+                r.gemm_flops / 1e9, r.attention_flops / 1e9, r.adam_gbps, r.adam_bf16_gbps,
+                r.norm_gbps, r.device_mem_gbps, r.h2d_gbps, r.d2h_gbps);
+  t += line;
   if (r.comm_gbps > 0) {
     std::snprintf(line, sizeof line, ", collectives %.2f GB/s", r.comm_gbps);
     t += line;
@@ -32,10 +34,10 @@ std::string rates_text(const MachineRates& r) {
   if (!r.nvme.empty()) {
     std::snprintf(line, sizeof line,
                   ", NVMe read %.2f GB/s, write %.2f GB/s (beside compute %.2f / %.2f, steal "
-                  "%.3f CPU s per GB) (%s)",
+                  "%.3f CPU s per GB)",
                   r.nvme_read_gbps, r.nvme_write_gbps, r.nvme_read_busy_gbps,
-                  r.nvme_write_busy_gbps, r.nvme_steal_s_per_gb, r.nvme.c_str());
-    t += line;
+                  r.nvme_write_busy_gbps, r.nvme_steal_s_per_gb);
+    t += str(line, " (", r.nvme, ")");
   }
   return t;
 }
@@ -104,10 +106,11 @@ nlohmann::json auto_plan_json(const AutoPlan& plan, const MachineRates& rates) {
 }
 
 void warn_unused_rate_args(const char* who, const AutoArgs& args) {
-  if (args.reprobe || !args.rates_path.empty())
-    log_warn(who, "--rates and --reprobe are for offload tiers set to \"auto\" (or plan --auto), "
-                  "and none is: this ", std::string_view(who) == "train" ? "run" : who,
-             " reads no rates");
+  if (!args.reprobe && args.rates_path.empty()) return;
+  const bool plan = std::string_view(who) == "plan";
+  log_warn(who, "--rates and --reprobe are for ", plan ? "--auto or " : "",
+           "offload tiers set to \"auto\", and none is: this ", plan ? "plan" : "run",
+           " reads no rates");
 }
 
 Config resolve_auto_placement(const Config& cfg, Communicator& world, const AutoArgs& args) {

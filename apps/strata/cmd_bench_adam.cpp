@@ -1,6 +1,6 @@
 // apps/strata/cmd_bench_adam.cpp — `strata bench adam --numel N [--isa ...] [--threads T]
-// [--repeats R] [--json]`: the CPU AdamW step against the machine's streaming bound, and the
-// fused bf16 step against separate passes (bench/adam_bench.h). With --json, one JSON object on
+// [--repeats R] [--json]`: the CPU AdamW step against the machine's streaming bound, the fused
+// bf16 step against separate passes, and the step with bf16 m and v (bench/adam_bench.h). With --json, one JSON object on
 // stdout; otherwise a short table. Errors are thrown as strata::Error.
 #include <cstdio>
 #include <memory>
@@ -20,7 +20,8 @@ void register_bench_adam(CLI::App& bench) {
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = bench.add_subcommand(
-      "adam", "CPU AdamW: step, fused bf16 step and unfused passes vs the streaming bound");
+      "adam", "CPU AdamW: step, fused bf16 step, unfused passes and bf16 m and v vs the streaming "
+              "bound");
   cmd->add_option("--numel", args->numel,
                   "parameters to update: a count, or with a binary suffix (64M = 67108864)")
       ->capture_default_str();
@@ -56,6 +57,8 @@ void register_bench_adam(CLI::App& bench) {
                 mps("params_per_s_fused"), j["gbps_fused"].get<double>());
     std::printf("  %-34s %10.1f Mparam/s  %6.1f GB/s\n", "unfused (3 passes, 42 B)",
                 mps("params_per_s_unfused"), j["gbps_unfused"].get<double>());
+    std::printf("  %-34s %10.1f Mparam/s  %6.1f GB/s\n", "bf16 m and v (step, 20 B)",
+                mps("params_per_s_bf16_states"), j["gbps_bf16_states"].get<double>());
     std::printf("  fused / unfused: %.2fx\n", j["ratio_fused_to_unfused"].get<double>());
   });
 }
