@@ -245,8 +245,9 @@ std::string read_file(const std::string& path, std::string_view where) {
     text.append(buf, size_t(n));
     if (text.size() > limit) {
       ::close(fd);
-      fail(std::string(where), str(path, ": reads past ", format_bytes(limit), " (its size says ",
-                                   format_bytes(uint64_t(st.st_size)), "): not a file to read whole"));
+      fail(std::string(where),
+           str(path, ": reads past ", format_bytes(limit), " (its size says ",
+               format_bytes(uint64_t(st.st_size)), "): not a file to read whole"));
     }
   }
   ::close(fd);

@@ -67,8 +67,9 @@ StepPrediction predict_step(const Config& c, int dp, const PlanMachine& machine,
   // The CPU AdamW's kernel for the states' dtype: with bf16 m and v it converts as it streams,
   // slower per byte than the f32 one (an earlier probe did not measure it: the f32 rate).
   const bool bf16_states = pl.state == DType::bf16;
-  const double adam_gbps =
-      (bf16_states && rates.adam_bf16_gbps > 0 ? rates.adam_bf16_gbps : rates.adam_gbps) * cpu_share;
+  const double adam_rate =
+      bf16_states && rates.adam_bf16_gbps > 0 ? rates.adam_bf16_gbps : rates.adam_gbps;
+  const double adam_gbps = adam_rate * cpu_share;
   const double device_gbps = rates.device_mem_gbps * (cpu ? cpu_share : 1.0);
   const double h2d_gbps = rates.h2d_gbps * (cpu ? share : 1.0);
   const double d2h_gbps = rates.d2h_gbps * (cpu ? share : 1.0);
