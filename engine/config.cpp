@@ -271,7 +271,9 @@ const std::vector<Key>& keys() {
        "budget of the pinned NVMe staging pools (host-resident shards are pinned "
        "but not in it); 0 = as the plan needs", between(0, kMaxBytes)},
       {STRATA_CONFIG_KEY(offload, nvme_path), Kind::string_list,
-       "one directory per NVMe device (TOML array; comma-separated in --set)"},
+       "one directory per NVMe device (TOML array; comma-separated in --set); created if "
+       "missing; a folder on a file system in memory (tmpfs, /dev/shm) works, and `strata plan` "
+       "counts its swap files against RAM"},
       {STRATA_CONFIG_KEY(offload, prefetch), Kind::integer,
        "units of compute copy read ahead from NVMe (bounded by the pinned budget)",
        between(0, 64)},

@@ -191,28 +191,39 @@ MemoryPlan plan_memory(const Config& c, int dp, const PlanMachine& machine, int 
     p.checks.push_back({staging.ahead_buffers ? "pinned staging per rank (one unit, read-ahead)"
                                               : "pinned staging per rank (at least one unit)",
                         staging.minimum(), c.offload.pinned_mem_limit, "offload.pinned_mem_limit"});
+  // The files each rank creates for the NVMe tier (the engine's swap space, one file per
+  // folder), checked per file system: folders on one disk, a symlink among them, share its free
+  // space. On a file system in memory (tmpfs: /dev/shm) they take RAM as well.
+  const uint64_t nvme = p.tier_bytes("nvme");
+  std::vector<SwapFileSystem> swap_fs;
+  uint64_t swap_share = 0, swap_in_ram = 0;  // per folder's file; per rank, in RAM
+  if (nvme > 0) {
+    const size_t n = std::max<size_t>(c.offload.nvme_path.size(), 1);
+    swap_share =
+        swap_file_share(nvme_swap_bytes(model, nvme, n, c.io.stripe_size), n, c.io.stripe_size);
+    swap_fs = swap_file_systems(c.offload.nvme_path);
+    for (const SwapFileSystem& f : swap_fs)
+      if (f.in_memory) swap_in_ram = add(swap_in_ram, mul(swap_share, f.files));
+  }
   const uint64_t ram = machine.host_memory ? machine.host_memory : physical_memory_bytes();
-  uint64_t host_need = mul(add(add(p.tier_bytes("host"), p.tier_bytes("pinned")),
-                               machine.device_is_host_memory ? device_need : 0),
+  uint64_t host_need = mul(add(add(add(p.tier_bytes("host"), p.tier_bytes("pinned")),
+                                   machine.device_is_host_memory ? device_need : 0),
+                               swap_in_ram),
                            uint64_t(p.ranks_here));
   p.host_need = host_need;
   p.host_limit = ram;
+  std::string included;
+  if (machine.device_is_host_memory) included = "CPU device memory";
+  if (swap_in_ram)
+    included += str(included.empty() ? "" : ", ", "NVMe swap files in memory (tmpfs)");
   p.checks.push_back({str("host memory of ", p.ranks_here, " rank(s)",
-                          machine.device_is_host_memory ? " (CPU device memory included)" : ""),
+                          included.empty() ? "" : str(" (", included, " included)")),
                       host_need, ram, "this machine's RAM"});
-  const uint64_t nvme = p.tier_bytes("nvme");
-  if (nvme > 0) {
-    // The files each rank creates (the engine's swap space, one file per folder), checked per
-    // file system: folders on one disk, a symlink among them, share its free space.
-    const size_t n = std::max<size_t>(c.offload.nvme_path.size(), 1);
-    const uint64_t share =
-        swap_file_share(nvme_swap_bytes(model, nvme, n, c.io.stripe_size), n, c.io.stripe_size);
-    for (const SwapFileSystem& f : swap_file_systems(c.offload.nvme_path))
-      p.checks.push_back({str("NVMe swap of ", p.ranks_here, " rank(s)"),
-                          mul(mul(share, f.files), uint64_t(p.ranks_here)), f.free_bytes,
-                          f.problem.empty() ? str("free space in ", f.dirs)
-                                            : str("free space in ", f.dirs, " (", f.problem, ")")});
-  }
+  for (const SwapFileSystem& f : swap_fs)
+    p.checks.push_back({str("NVMe swap of ", p.ranks_here, " rank(s)"),
+                        mul(mul(swap_share, f.files), uint64_t(p.ranks_here)), f.free_bytes,
+                        f.problem.empty() ? str("free space in ", f.dirs)
+                                          : str("free space in ", f.dirs, " (", f.problem, ")")});
   return p;
 }
 

@@ -3,7 +3,9 @@
 #include "offload/swap_space.h"
 
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -36,6 +38,7 @@ struct FolderFs {
   dev_t dev = 0;
   uint64_t free_bytes = 0;
   std::string problem;
+  bool in_memory = false;
 };
 FolderFs folder_fs(const std::string& dir) {
   FolderFs f;
@@ -64,6 +67,9 @@ FolderFs folder_fs(const std::string& dir) {
   else {
     f.dev = sb.st_dev;
     f.free_bytes = uint64_t(vfs.f_bavail) * vfs.f_frsize;
+    struct statfs fs {};
+    f.in_memory = ::statfs(at.c_str(), &fs) == 0 &&
+                  (fs.f_type == TMPFS_MAGIC || fs.f_type == RAMFS_MAGIC);
   }
   return f;
 }
@@ -83,7 +89,7 @@ std::vector<SwapFileSystem> swap_file_systems(const std::vector<std::string>& di
     size_t i = 0;
     while (i < out.size() && !(out[i].problem.empty() && devs[i] == f.dev)) ++i;
     if (i == out.size()) {
-      out.push_back({str("'", dir, "'"), 1, f.free_bytes, ""});
+      out.push_back({str("'", dir, "'"), 1, f.free_bytes, "", f.in_memory});
       devs.push_back(f.dev);
     } else {
       out[i].dirs += str(", '", dir, "'");

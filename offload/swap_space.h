@@ -51,12 +51,14 @@ struct SwapFileSystem {
   size_t files = 0;         // swap files it holds: one per folder
   uint64_t free_bytes = 0;  // statvfs: f_bavail x f_frsize; 0 with a problem
   std::string problem;      // why no swap file can be made there; empty when one can
+  bool in_memory = false;   // tmpfs or ramfs (/dev/shm): its files take RAM, not disk
 };
 // `dirs` grouped by file system (st_dev), in their order. A folder not made yet is looked up at
 // its nearest existing ancestor (training creates it). A folder where no file can be made (not a
 // folder, read-only, not on a disk such as /proc, not writable, a path that cannot be looked up)
-// is an entry of its own with its problem. The engine refuses such a folder and checks each file system's share before creating
-// anything; `strata plan` checks the same.
+// is an entry of its own with its problem. The engine refuses such a folder and checks each file
+// system's share before creating anything; `strata plan` checks the same, and counts the files
+// on a file system in memory (tmpfs) against RAM as well.
 std::vector<SwapFileSystem> swap_file_systems(const std::vector<std::string>& dirs);
 
 struct SwapExtent {

@@ -2,6 +2,8 @@
 // the rate cache (engine/rate_cache.h). No hardware is probed: the rates are injected, and the
 // machine (device size, RAM) is a PlanMachine the test sets.
 #include <gtest/gtest.h>
+#include <linux/magic.h>
+#include <sys/statfs.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -295,6 +297,29 @@ TEST(StepModel, PlanChecksTheSwapFilesPerFileSystem) {
   EXPECT_NE(bad.failed_checks().find("'/proc/strata-no-such-folder' ("), std::string::npos);
   EXPECT_NE(bad.hint().find("offload.nvme_path"), std::string::npos);
   EXPECT_EQ(one.hint(), kDoesNotFitHint);
+}
+
+// Swap files on a file system in memory (tmpfs, /dev/shm) take RAM: the plan counts them in the
+// host memory check as well as against the file system's free space; on a disk it does not.
+TEST(StepModel, PlanCountsSwapFilesInMemoryAgainstRam) {
+  struct statfs fs {};
+  if (::statfs("/dev/shm", &fs) != 0 || fs.f_type != TMPFS_MAGIC)
+    GTEST_SKIP() << "no tmpfs at /dev/shm on this machine";
+  const Config disk = placed(small(scratch_dir()), Tier::nvme, Tier::nvme);
+  Config shm = disk;
+  shm.offload.nvme_path = {"/dev/shm/strata-plan-test-not-made"};
+  const MemoryPlan on_disk = plan_memory(disk, 1, cpu_machine());
+  const MemoryPlan in_ram = plan_memory(shm, 1, cpu_machine());
+  uint64_t swap = 0;
+  for (const auto& k : in_ram.checks)
+    if (k.what.rfind("NVMe swap", 0) == 0) swap = k.need;
+  ASSERT_GT(swap, 0u);
+  EXPECT_EQ(in_ram.host_need, on_disk.host_need + swap);
+  bool named = false;
+  for (const auto& k : in_ram.checks)
+    named |= k.what.find("NVMe swap files in memory (tmpfs) included") != std::string::npos;
+  EXPECT_TRUE(named);
+  EXPECT_FALSE(std::filesystem::exists("/dev/shm/strata-plan-test-not-made"));  // nothing made
 }
 
 // A read-ahead too small for one whole chunk, which the engine refuses: the plan refuses it too,
