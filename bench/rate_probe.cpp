@@ -38,18 +38,16 @@ std::string utc_now() {
   return buf;
 }
 
-// Seconds of the fastest of calls of `enqueue` on `s` (each waited for), over at least
-// `min_seconds` and at least 3 calls, after one untimed call.
+// Seconds of the fastest of calls of `call` (each returning when its work is done), over at
+// least `min_seconds` and at least 3 calls, after one untimed call.
 template <class Fn>
-double best_seconds(Stream& s, double min_seconds, const Fn& enqueue) {
+double best_seconds(double min_seconds, const Fn& call) {
   using clock = std::chrono::steady_clock;
-  enqueue();
-  s.synchronize();
+  call();
   double best = 1e30, total = 0;
   for (int calls = 0; calls < 3 || total < min_seconds; ++calls) {
     const auto t0 = clock::now();
-    enqueue();
-    s.synchronize();
+    call();
     const double dt = std::chrono::duration<double>(clock::now() - t0).count();
     best = std::min(best, dt);
     total += dt;
@@ -57,20 +55,22 @@ double best_seconds(Stream& s, double min_seconds, const Fn& enqueue) {
   return best;
 }
 
+// The same for calls of `enqueue` on `s`, each waited for.
+template <class Fn>
+double best_seconds(Stream& s, double min_seconds, const Fn& enqueue) {
+  return best_seconds(min_seconds, [&] {
+    enqueue();
+    s.synchronize();
+  });
+}
+
 // Decimal GB/s of the gradient norm's sum of squares (cpu::fast::sum_squares, all the threads
 // allowed) over 256 MB of f32 in host memory: the fastest of at least 3 calls and `min_seconds`.
 double norm_gbps(double min_seconds) {
-  using clock = std::chrono::steady_clock;
   std::vector<float> x(size_t{64} << 20, 0.01f);
-  double sum = 0, best = 1e30, total = 0;
-  cpu::fast::sum_squares(&sum, x.data(), x.size());  // untimed
-  for (int calls = 0; calls < 3 || total < min_seconds; ++calls) {
-    const auto t0 = clock::now();
-    cpu::fast::sum_squares(&sum, x.data(), x.size());
-    const double dt = std::chrono::duration<double>(clock::now() - t0).count();
-    best = std::min(best, dt);
-    total += dt;
-  }
+  double sum = 0;
+  const double best =
+      best_seconds(min_seconds, [&] { cpu::fast::sum_squares(&sum, x.data(), x.size()); });
   if (!(sum > 0)) fail("bench::rate_probe", "the sum of squares of the norm probe is not > 0");
   return double(x.size() * sizeof(float)) / best / 1e9;
 }
