@@ -858,12 +858,13 @@ Value from_text(std::string_view where, const Key& k, std::string_view text,
         throw Error(std::string(where), str(err.what_failed(), " (", origin, ")"), err.hints());
       }
       break;
-    case Kind::string_list: {
+    case Kind::string_list: {  // "/a, /b" and "/a,/b,"; an empty item elsewhere stays, and
+                               // the key's check names it (",/b" is more often a lost variable
+                               // than a wish for one folder)
       std::string_view rest = text;
-      while (!rest.empty()) {
+      while (!trim(rest).empty()) {
         size_t comma = rest.find(',');
-        std::string_view item = trim(rest.substr(0, comma));
-        if (!item.empty()) v.list.emplace_back(item);
+        v.list.emplace_back(trim(rest.substr(0, comma)));
         if (comma == std::string_view::npos) break;
         rest.remove_prefix(comma + 1);
       }

@@ -194,6 +194,16 @@ TEST(Config, NvmePathNamesEachFolderOnce) {
 TEST(Config, NvmePathHasNoEmptyFolderName) {
   EXPECT_ERROR_HAS(load_text("[offload]\nnvme_path = [\"/mnt/a\", \"\"]\n"),
                    "offload.nvme_path's entry 2 of 2 is an empty folder name");
+  // in --set too (",/b" is most often a shell variable that was empty); a trailing comma is
+  // not an entry, and an empty value clears the list
+  EXPECT_ERROR_HAS(load_config("", {"offload.nvme_path=,/mnt/b"}),
+                   "offload.nvme_path's entry 1 of 2 is an empty folder name");
+  EXPECT_ERROR_HAS(load_config("", {"offload.nvme_path=/mnt/a, ,/mnt/b"}),
+                   "offload.nvme_path's entry 2 of 3 is an empty folder name");
+  EXPECT_EQ(load_config("", {"offload.nvme_path=/mnt/a,"}).offload.nvme_path,
+            std::vector<std::string>{"/mnt/a"});
+  EXPECT_TRUE(load_text("[offload]\nnvme_path = [\"/mnt/a\"]\n", {"offload.nvme_path="})
+                  .offload.nvme_path.empty());
 }
 
 TEST(Config, ParallelTimeout) {
