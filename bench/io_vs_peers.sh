@@ -10,6 +10,7 @@
 #   bench/io_vs_peers.sh --dir DIR [--size 4G] [--block 1M] [--qd 32] [--rounds 3]
 #                        [--strata build/apps/strata/strata] [--python PY]
 #                        [--reserve-huge-pages N] [--thp-always] [--fio-defaults] [--no-deepnvme]
+#                        [--overwrite]
 # --reserve-huge-pages N (root): raise /proc/sys/vm/nr_hugepages to N for the run and put the old
 #   value back at the end, so that strata's staging and fio's buffers get explicit huge pages.
 # --thp-always (root): transparent huge pages "always" for the run (the old mode back at the
@@ -18,11 +19,15 @@
 #   read on 4K pages, 2.2 / 3.9 on huge pages). strata and fio use explicit huge pages either way.
 # --python: the interpreter with torch and deepspeed for DeepNVMe (default $STRATA_PEER_PYTHON,
 #   else python3). --fio-defaults adds fio on its default flags as a fourth row.
+# --overwrite: every tool writes its file once untimed before the timed write (strata bench io
+#   --pattern overwrite, fio.sh --overwrite, deepnvme.py --overwrite), so the timed write
+#   overwrites blocks already written, as the engine's swap after its first step; on ext4 a first
+#   write into a fresh extent also converts it (one virtio disk: half the rate of an overwrite).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 dirs=() dir_args=()
-size=4G block=1M qd=32 rounds=3 reserve=0 fio_defaults=0 deepnvme=1 thp_always=0
+size=4G block=1M qd=32 rounds=3 reserve=0 fio_defaults=0 deepnvme=1 thp_always=0 over=()
 strata=${STRATA_BIN:-$here/../build/apps/strata/strata}
 python=${STRATA_PEER_PYTHON:-python3}
 while [[ $# -gt 0 ]]; do
@@ -37,8 +42,9 @@ while [[ $# -gt 0 ]]; do
     --reserve-huge-pages) reserve=$2; shift 2 ;;
     --thp-always) thp_always=1; shift ;;
     --fio-defaults) fio_defaults=1; shift ;;
+    --overwrite) over=(--overwrite); shift ;;
     --no-deepnvme) deepnvme=0; shift ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     *) echo "io_vs_peers.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -88,7 +94,8 @@ fio_huge=(--hugepages)
 
 run_strata() {
   local j
-  j=$("$strata" bench io "${dir_args[@]}" --size "$size" --block "$block" --qd "$qd" --backend uring --json)
+  j=$("$strata" bench io "${dir_args[@]}" --size "$size" --block "$block" --qd "$qd" --backend uring \
+      ${over[@]+--pattern overwrite} --json)
   [[ $(field wrong "$j") == 0 ]] || { echo "strata read back wrong data: $j" >&2; exit 1; }
   W[strata]+=" $(field write_gbps "$j")"; R[strata]+=" $(field read_gbps "$j")"
   DESC[strata]="strata: io_uring, $(sfield pages "$j") pages, buffers registered $(bfield registered "$j"), files registered $(bfield files_registered "$j")"
@@ -96,12 +103,12 @@ run_strata() {
 run_fio() {  # $1: fio or fio_defaults
   local j rc=0 flags=()
   [[ $1 == fio ]] && flags=(--tuned ${fio_huge[@]+"${fio_huge[@]}"})
-  j=$("$here/peers/fio.sh" "${dir_args[@]}" --size "$size" --block "$block" --qd "$qd" ${flags[@]+"${flags[@]}"} --json 2>/tmp/io_vs_peers.$$.err) || rc=$?
+  j=$("$here/peers/fio.sh" "${dir_args[@]}" --size "$size" --block "$block" --qd "$qd" ${flags[@]+"${flags[@]}"} ${over[@]+"${over[@]}"} --json 2>/tmp/io_vs_peers.$$.err) || rc=$?
   if [[ $rc -eq 3 && $1 == fio ]]; then  # too few free huge pages: without them, said once
     echo "note: $(cat /tmp/io_vs_peers.$$.err); fio runs on 4K-page buffers" >&2
     fio_huge=()
     flags=(--tuned)
-    j=$("$here/peers/fio.sh" "${dir_args[@]}" --size "$size" --block "$block" --qd "$qd" "${flags[@]}" --json)
+    j=$("$here/peers/fio.sh" "${dir_args[@]}" --size "$size" --block "$block" --qd "$qd" "${flags[@]}" ${over[@]+"${over[@]}"} --json)
   elif [[ $rc -ne 0 ]]; then
     cat /tmp/io_vs_peers.$$.err >&2; exit 1
   fi
@@ -111,7 +118,7 @@ run_fio() {  # $1: fio or fio_defaults
 }
 run_deepnvme() {
   local j rc=0
-  j=$("$python" "$here/peers/deepnvme.py" --dir "${dirs[0]}" --size "$size" --block "$block" --qd "$qd" --json) || rc=$?
+  j=$("$python" "$here/peers/deepnvme.py" --dir "${dirs[0]}" --size "$size" --block "$block" --qd "$qd" ${over[@]+"${over[@]}"} --json) || rc=$?
   if [[ -n "$(sfield error "$j")" ]]; then
     echo "DeepNVMe not run: $(sfield error "$j")" >&2
     deepnvme=0; tools=("${tools[@]/deepnvme}"); return
@@ -122,7 +129,7 @@ run_deepnvme() {
 }
 run() { case $1 in strata) run_strata ;; fio|fio_defaults) run_fio "$1" ;; deepnvme) run_deepnvme ;; esac; }
 
-echo "strata vs peers: size $size, block $block, depth $qd, dirs ${dirs[*]}, $rounds rounds"
+echo "strata vs peers: size $size, block $block, depth $qd, dirs ${dirs[*]}, $rounds rounds${over[@]+, the timed write overwriting blocks written before}"
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"
 for ((i = 0; i < rounds; i++)); do
   order=()

@@ -43,6 +43,7 @@ void run(const BenchIoArgs& a) {
   o.pages = a.no_huge_pages ? "none" : a.pages;
   o.register_buffers = !a.no_register;
   o.update = a.pattern == "update";
+  o.overwrite = a.pattern == "overwrite";
   // The engine's rules for these settings (engine/config.cpp's validate): the block a multiple
   // of 4096, the stripe of the block (the sweep varies the block), each folder once.
   Config rules;
@@ -61,8 +62,9 @@ void run(const BenchIoArgs& a) {
     throw Error(e.where(), e.what_failed(), hints);
   }
   nlohmann::json result;
-  if (a.sweep && o.update)
-    fail("bench::io", "--sweep runs the sequential pattern only", "drop --pattern update or --sweep");
+  if (a.sweep && a.pattern != "sequential")
+    fail("bench::io", "--sweep runs the sequential pattern only",
+         str("drop --pattern ", a.pattern, " or --sweep"));
   if (a.sweep) {
     IoSweepOptions s;
     s.base = o;
@@ -108,9 +110,11 @@ void register_bench_io(CLI::App& bench) {
                   "stripe size across --dir directories (io.stripe_size; default the larger of 1M "
                   "and --block)");
   cmd->add_option("--pattern", args->pattern,
-                  "sequential (write, then read) or update (write, then read each block and "
-                  "write it back in place, then read): the optimizer's traffic over its states")
-      ->check(CLI::IsMember({"sequential", "update"}))
+                  "sequential (write, then read), update (write, then read each block and "
+                  "write it back in place, then read: the optimizer's traffic over its states) or "
+                  "overwrite (an untimed write first, then sequential: blocks written before, as "
+                  "the engine's swap after its first step)")
+      ->check(CLI::IsMember({"sequential", "update", "overwrite"}))
       ->capture_default_str();
   cmd->add_flag("--sweep", args->sweep, "sweep block sizes 128K..8M and depths 1..64");
   cmd->add_option("--seconds", args->seconds, "sweep: time cap per phase and point")

@@ -12,11 +12,15 @@ offset and the run's seed, and every sector read back is checked (outside the ti
 reads are synchronous, so a check would only add to their time); `wrong` counts sectors that
 differ, and the script fails when any does. Prints decimal GB/s (1e9 B/s), like strata and fio.
 
+With --overwrite the file is written once before the timed write (not timed), so that the timed
+write overwrites blocks already written, like `strata bench io --pattern overwrite`.
+
 Where the op cannot be loaded it prints exactly why (deepspeed or torch not installed, libaio
 missing, the op failing to build) and exits 2, with --json as {"peer": "deepnvme", "error": ...}.
 
   bench/peers/deepnvme.py --dir DIR [--size 4G] [--block 1M] [--qd 32] [--buffer 1G]
-                          [--threads 1] [--single-submit] [--overlap-events] [--json]
+                          [--threads 1] [--single-submit] [--overlap-events] [--overwrite]
+                          [--json]
 """
 import argparse
 import json
@@ -88,6 +92,8 @@ def main():
     ap.add_argument("--threads", type=int, default=1, help="intra_op_parallelism")
     ap.add_argument("--single-submit", action="store_true")
     ap.add_argument("--overlap-events", action="store_true")
+    ap.add_argument("--overwrite", action="store_true",
+                    help="write the file once untimed first: the timed write overwrites")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     a = ap.parse_args()
     out = sys.stdout
@@ -139,12 +145,18 @@ def main():
         finally:
             os.close(fd)
 
+        def write_all():
+            for off in range(0, size, buffer_bytes):
+                words[:, 0] = sector_offsets + off
+                n = handle.sync_pwrite(buf, path, off)
+                if n < 0:
+                    raise RuntimeError(f"sync_pwrite of {buffer_bytes} bytes at {off} in {path} "
+                                       f"returned {n}")
+
+        if a.overwrite:
+            write_all()  # not timed: lays the blocks out
         t0 = time.perf_counter()
-        for off in range(0, size, buffer_bytes):
-            words[:, 0] = sector_offsets + off
-            n = handle.sync_pwrite(buf, path, off)
-            if n < 0:
-                raise RuntimeError(f"sync_pwrite of {buffer_bytes} bytes at {off} in {path} returned {n}")
+        write_all()
         write_s = time.perf_counter() - t0
 
         wrong, read_s = 0, 0.0
@@ -172,6 +184,7 @@ def main():
         "read_gbps": round(size / read_s / 1e9, 3),
         "size_bytes": size,
         "block_bytes": a.block,
+        "overwrite": a.overwrite,
         "queue_depth": a.qd,
         "buffer_bytes": buffer_bytes,
         "intra_op_parallelism": a.threads,

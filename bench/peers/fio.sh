@@ -7,14 +7,16 @@
 # as strata uses); without it fio runs on its defaults. --hugepages puts fio's buffers on explicit
 # huge pages (iomem=mmaphuge: a file on the first hugetlbfs mount, else an anonymous MAP_HUGETLB
 # mapping); it needs free reserved 2 MiB pages and stops with the reason when there are too few
-# (fio 3.33 crashes instead of falling back when its huge-page mmap fails).
+# (fio 3.33 crashes instead of falling back when its huge-page mmap fails). --overwrite runs an
+# untimed write job first, so the timed write overwrites blocks already written (strata bench io
+# --pattern overwrite: the engine's swap after its first step).
 #
 #   bench/peers/fio.sh --dir DIR [--dir DIR2 ...] [--size 4G] [--block 1M] [--qd 32] [--tuned]
-#                      [--hugepages] [--json]
+#                      [--hugepages] [--overwrite] [--json]
 set -euo pipefail
 
 dirs=()
-size=4G block=1M qd=32 json=0 tuned=() hugepages=0
+size=4G block=1M qd=32 json=0 tuned=() hugepages=0 layout=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --dir) dirs+=("$2"); shift 2 ;;
@@ -24,7 +26,8 @@ while [[ $# -gt 0 ]]; do
     --json) json=1; shift ;;
     --tuned) tuned=(--fixedbufs --registerfiles); shift ;;
     --hugepages) hugepages=1; shift ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    --overwrite) layout=(--name=layout --rw=write); shift ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *) echo "fio.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -45,12 +48,13 @@ done
 filename=$(IFS=:; echo "${files[*]}")
 
 # --hugepages: fio maps iodepth x bs (+ one block of alignment slack) per job, rounded up to 2M;
-# the write and read jobs run one after the other, but count both to be safe.
+# the jobs run one after the other, but count each (write, read, and --overwrite's layout) to be
+# safe.
 iomem=() iomem_desc=malloc files_huge=
 if [[ $hugepages -eq 1 ]]; then
   to_bytes() { numfmt --from=iec "$1"; }
   per_job=$(( ( $(to_bytes "$block") * (qd + 1) + 2097151 ) / 2097152 ))
-  need=$(( 2 * per_job ))
+  need=$(( (2 + ${#layout[@]} / 2) * per_job ))
   free_pages=$(cat /sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages 2>/dev/null || echo 0)
   if (( free_pages < need )); then
     echo "fio.sh: --hugepages needs $need free 2 MiB huge pages, $free_pages are free;" \
@@ -75,7 +79,7 @@ trap cleanup EXIT
 out=$(fio --output-format=terse --terse-version=3 \
           --ioengine=io_uring --direct=1 --bs="$block" --iodepth="$qd" --size="$size" \
           --filename="$filename" ${tuned[@]+"${tuned[@]}"} ${iomem[@]+"${iomem[@]}"} \
-          --name=write --rw=write \
+          ${layout[@]+"${layout[@]}"} --name=write --rw=write --stonewall \
           --name=read --rw=read --stonewall)
 write_kib=$(awk -F';' '$3 == "write" { print $48 }' <<<"$out")
 read_kib=$(awk -F';' '$3 == "read" { print $7 }' <<<"$out")
@@ -85,11 +89,12 @@ fi
 write_gbps=$(awk -v k="$write_kib" 'BEGIN { printf "%.3f", k * 1024 / 1e9 }')
 read_gbps=$(awk -v k="$read_kib" 'BEGIN { printf "%.3f", k * 1024 / 1e9 }')
 if [[ $json -eq 1 ]]; then
-  printf '{"peer":"fio","fio_version":"%s","write_gbps":%s,"read_gbps":%s,"size":"%s","block":"%s","queue_depth":%s,"files":%d,"tuned":%s,"iomem":"%s"}\n' \
+  printf '{"peer":"fio","fio_version":"%s","write_gbps":%s,"read_gbps":%s,"size":"%s","block":"%s","queue_depth":%s,"files":%d,"tuned":%s,"iomem":"%s","overwrite":%s}\n' \
     "$(fio --version)" "$write_gbps" "$read_gbps" "$size" "$block" "$qd" "${#files[@]}" \
-    "$([[ ${#tuned[@]} -gt 0 ]] && echo true || echo false)" "$iomem_desc"
+    "$([[ ${#tuned[@]} -gt 0 ]] && echo true || echo false)" "$iomem_desc" \
+    "$([[ ${#layout[@]} -gt 0 ]] && echo true || echo false)"
 else
-  echo "fio ($(fio --version)): io_uring, direct=1, bs $block, iodepth $qd, size $size, ${#files[@]} file(s)${tuned[@]+ ${tuned[*]}}, iomem $iomem_desc"
+  echo "fio ($(fio --version)): io_uring, direct=1, bs $block, iodepth $qd, size $size, ${#files[@]} file(s)${tuned[@]+ ${tuned[*]}}, iomem $iomem_desc${layout[@]+, overwriting}"
   echo "  write $write_gbps GB/s"
   echo "  read  $read_gbps GB/s"
 fi

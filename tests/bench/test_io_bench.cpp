@@ -3,7 +3,9 @@
 // byte flipped in one read-back block, in a sector's stamp or in its pattern bytes, is counted
 // as one wrong sector; and a queue of one request with its one spare buffer finishes. The update
 // pattern reads, checks and rewrites every block in place (the read after it checks the new
-// stamps, so a block not rewritten would count wrong), one request deep too.
+// stamps, so a block not rewritten would count wrong), one request deep too. The overwrite
+// pattern times a write over blocks an untimed write laid out first (a different seed: a block
+// the timed write missed would count wrong).
 #include <string>
 
 #include "bench/io_bench.h"
@@ -45,6 +47,21 @@ TEST_P(IoBenchTest, AByteFlippedInOneReadBackBlockIsOneWrongSector) {
   o.test_corrupt_byte = 3 * 4096 + 9;  // sector 3's stamp (offset word)
   EXPECT_EQ(run_io_bench(o)["wrong"], 1);
   o.test_corrupt_byte = 5 * 4096 + 2000;  // sector 5's pattern bytes
+  EXPECT_EQ(run_io_bench(o)["wrong"], 1);
+  o.test_corrupt_byte = 6 * 4096 + 6;  // sector 6's contents id (above the offset)
+  EXPECT_EQ(run_io_bench(o)["wrong"], 1);
+}
+
+TEST_P(IoBenchTest, TheOverwritePatternTimesAWriteOverWrittenBlocks) {
+  IoBenchOptions o = options(16 * MiB, 8);
+  o.overwrite = true;
+  const nlohmann::json r = run_io_bench(o);
+  EXPECT_EQ(r["pattern"], "overwrite");
+  EXPECT_EQ(r["bytes_written"], 16 * MiB);  // the timed pass alone
+  EXPECT_EQ(r["bytes_read"], 16 * MiB);
+  EXPECT_EQ(r["wrong"], 0);
+  o.test_corrupt_block = 21;
+  o.test_corrupt_byte = 2 * 4096 + 12;  // sector 2's seed word
   EXPECT_EQ(run_io_bench(o)["wrong"], 1);
 }
 

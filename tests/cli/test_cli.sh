@@ -96,8 +96,9 @@ if [ $rc -ne 0 ] || ! grep -q 'offload.optimizer_read_ahead = 1G is not used' <<
 fi
 # bench io moves whole blocks: a size that is not is refused, not cut short in silence.
 expect_error "not a whole number of 2M blocks" bench io --dir "$work/io" --size 3M --block 2M
-# The update pattern is not swept (and nothing is written: the check comes first).
+# The update and overwrite patterns are not swept (and nothing is written: the check comes first).
 expect_error "drop --pattern update" bench io --dir "$work/io" --sweep --pattern update
+expect_error "drop --pattern overwrite" bench io --dir "$work/io" --sweep --pattern overwrite
 # bench comm checks its largest buffers against the memory before allocating them.
 expect_error "lower --max"        bench comm --min 1K --max 1T
 # bench io keeps the engine's rules for its settings.
