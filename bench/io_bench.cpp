@@ -147,7 +147,8 @@ Phase run_phase(FileIO& io, const SwapSpace& space, Pass pass, uint64_t nblocks,
     while (!free_buffers.empty() && room() && next < nblocks && !out_of_time) {
       uint32_t b = free_buffers.back();
       free_buffers.pop_back();
-      if (pass == Pass::write) Pattern::stamp(buffers[b], block, next * block, seed_out, Pattern::id_of(b));
+      if (pass == Pass::write)
+        Pattern::stamp(buffers[b], block, next * block, seed_out, Pattern::id_of(b));
       request(pass == Pass::write ? IoOp::write : IoOp::read, b, next);
       ++next;
     }
@@ -271,7 +272,7 @@ nlohmann::json run_io_bench(const IoBenchOptions& o) {
   j["size_bytes"] = nblocks * o.block_bytes;
   j["block_bytes"] = o.block_bytes;
   j["queue_depth"] = o.queue_depth;
-j["submit_batch"] = o.submit_batch;
+  j["submit_batch"] = o.submit_batch;
   j["stripe_bytes"] = o.stripe_bytes;
   j["alignment"] = {{"memory", align.memory}, {"offset", align.offset}};
   j["buffers"] = {{"pages", std::string(page_kind_name(staging.pages()))},

@@ -54,7 +54,8 @@ iomem=() iomem_desc=malloc files_huge=
 if [[ $hugepages -eq 1 ]]; then
   to_bytes() { numfmt --from=iec "$1"; }
   per_job=$(( ( $(to_bytes "$block") * (qd + 1) + 2097151 ) / 2097152 ))
-  need=$(( (2 + ${#layout[@]} / 2) * per_job ))
+  jobs=2; [[ ${#layout[@]} -gt 0 ]] && jobs=3
+  need=$(( jobs * per_job ))
   free_pages=$(cat /sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages 2>/dev/null || echo 0)
   if (( free_pages < need )); then
     echo "fio.sh: --hugepages needs $need free 2 MiB huge pages, $free_pages are free;" \
