@@ -256,7 +256,8 @@ const std::vector<Key>& keys() {
        between(0, 1e18)},
       // [offload]
       {STRATA_CONFIG_KEY(offload, params), Kind::choice,
-       "tier of the parameters' compute copy (f32, or bf16 under train.precision = bf16); "
+       "tier of the parameters' compute copy (f32, or bf16 under train.precision = bf16; "
+       "nvme with offload.optimizer = nvme: none stored, each gather rounds the master); "
        "auto = the fastest placement that fits (docs/tuning.md)", any(), kTiers},
       {STRATA_CONFIG_KEY(offload, grads), Kind::choice,
        "tier of the f32 gradient shards: device or host (host whenever offload.optimizer is off "

@@ -116,14 +116,21 @@ StepPrediction predict_step(const Config& c, int dp, const PlanMachine& machine,
   // the units stay gathered from forward to backward.
   const double fwd_gathers = m, bwd_gathers = c.zero.reshard_after_forward ? m : 0;
   const bool offload_opt = pl.optimizer != Tier::device;
+  // Where the gathers round the master (Placement::param_rounds_master) they read its f32 shard
+  // from NVMe, none for the first units whose states are kept in host memory.
+  const bool rounds = pl.param_rounds_master();
+  const int host_units = optimizer_host_units(model, pl);
+  const double R = rounds ? (shard - double(optimizer_host_elems(model, pl))) * 4 : P;
   double fwd_h2d = 0, bwd_h2d = 0, fwd_read = 0, bwd_read = 0;
   if (pl.params != Tier::device) {  // staged to the device before every gather
-    fwd_h2d = fwd_gathers * P;
-    bwd_h2d = bwd_gathers * P;
+    fwd_h2d = fwd_gathers * (rounds ? S : P);
+    bwd_h2d = bwd_gathers * (rounds ? S : P);
   }
+  // The share of the forward's gathers rounded from the master (the rest cast a kept copy).
+  double fwd_rounded = rounds ? 1.0 : 0.0;
   if (pl.params == Tier::nvme) {
-    fwd_read = fwd_gathers * P;
-    bwd_read = bwd_gathers * P;
+    fwd_read = fwd_gathers * R;
+    bwd_read = bwd_gathers * R;
     // An update keeps the compute copy it wrote for the next forward's gather of that unit
     // (PinnedStaging::forward_shards buffers, freed as the forward gathers them): a clipped
     // overlapped step's forward follows the updates unit by unit and takes every unit's from
@@ -139,9 +146,11 @@ StepPrediction predict_step(const Config& c, int dp, const PlanMachine& machine,
       else kept_units = 1;
     }
     kept_units = std::min(kept_units, model.num_units());
-    double kept_elems = 0;
-    for (int u = 0; u < kept_units; ++u) kept_elems += double(model.unit(u).layout.shard_numel());
-    fwd_read -= kept_elems * double(pl.param_elem_bytes());  // the first micro-batch's gathers
+    double kept_bytes = 0;
+    for (int u = rounds ? host_units : 0; u < kept_units; ++u)
+      kept_bytes += double(model.unit(u).layout.shard_numel()) * double(pl.param_read_bytes());
+    fwd_read -= kept_bytes;  // the first micro-batch's gathers
+    if (rounds && R > 0) fwd_rounded -= kept_bytes / (fwd_gathers * R);
   }
   // Each reduction into the host shard (none where the backward accumulates into it in place).
   const double bwd_d2h =
@@ -152,6 +161,7 @@ StepPrediction predict_step(const Config& c, int dp, const PlanMachine& machine,
   if (pl.optimizer == Tier::nvme)
     opt_read = opt_write = O - kept * double(pl.optimizer_state_bytes());
   if (!pl.param_is_master()) {  // the optimizer writes the refreshed compute copy to its tier
+                                // (none where the gathers round the master)
     if (pl.params == Tier::nvme) opt_write += P;
     if (offload_opt && pl.params == Tier::device) opt_h2d += P;
     if (!offload_opt && pl.params != Tier::device) opt_d2h += P;
@@ -164,7 +174,7 @@ StepPrediction predict_step(const Config& c, int dp, const PlanMachine& machine,
   // AdamW reads master, gradient, m, v and writes master, m, v (28 bytes per parameter with f32
   // m and v, 20 with bf16), plus the compute copy when it is not the master.
   b.adam = shard * (4.0 + 2.0 * pl.optimizer_state_bytes()) +
-           (pl.param_is_master() ? 0.0 : P);
+           (pl.param_is_master() && !rounds ? 0.0 : P);  // (rounded: the forward's kept copies)
 
   // Collectives (dp > 1), as the engine counts comm_bytes: each gather all-gathers the unit's
   // compute copy, each micro-batch's backward reduce-scatters its f32 gradients.
@@ -186,11 +196,13 @@ StepPrediction predict_step(const Config& c, int dp, const PlanMachine& machine,
   // tier (the device's own shards too), the whole unit once gathered: its bf16 bytes read and
   // twice as many written, the traffic of a copy of 1.5 times its bytes. (Measured on the
   // oversize slice, 2-core Xeon VM: the casts took 0.68 s a step; the copy rate gives 0.34 s
-  // for the bf16 bytes, 0.51 s for 1.5 times them.)
+  // for the bf16 bytes, 0.51 s for 1.5 times them.) A gather that rounds the f32 master reads
+  // and writes 4 bytes an element: a copy of twice the bf16 bytes.
   const bool cpu_cast = cpu && pl.param_elem_bytes() == 2;
   const double unit_bytes = padded * double(pl.param_elem_bytes());
-  const double fwd_cast = cpu_cast ? 1.5 * fwd_gathers * unit_bytes : fwd_h2d;
-  const double bwd_cast = cpu_cast ? 1.5 * bwd_gathers * unit_bytes : bwd_h2d;
+  const double fwd_cast =
+      cpu_cast ? (1.5 + 0.5 * fwd_rounded) * fwd_gathers * unit_bytes : fwd_h2d;
+  const double bwd_cast = cpu_cast ? (rounds ? 2.0 : 1.5) * bwd_gathers * unit_bytes : bwd_h2d;
   const double fwd_read_ms = transfer_ms(fwd_read, read_busy_gbps, "NVMe read");
   const double bwd_read_ms = transfer_ms(bwd_read, read_busy_gbps, "NVMe read");
   const double fwd_copy_ms = transfer_ms(fwd_cast, h2d_gbps, "host-to-device copy");

@@ -108,13 +108,14 @@ PinnedStaging pinned_staging(const LlamaModel& model, const Placement& p, uint64
   // unit's states kept in host memory (offload.optimizer_host_bytes) only the latter.
   const bool states_io =
       p.optimizer == Tier::nvme && optimizer_host_units(model, p) < model.num_units();
-  const bool copy_io = p.params == Tier::nvme && !p.param_is_master();
+  const bool copy_io = p.params == Tier::nvme && !p.param_is_master();  // (none when rounded)
   s.chunk_buffers = states_io || copy_io ? p.chunk_buffers() : 0;
   s.ahead_buffers = read_ahead_buffers(model, p);
   // (Every unit's states kept in host memory leaves nothing to read ahead: no error then.)
   s.read_ahead_below_chunk = p.optimizer_read_ahead && states_io && !s.ahead_buffers;
   if (p.nvme_params()) {
-    s.param_shard_bytes = uint64_t(shard) * p.param_elem_bytes();
+    s.param_shard_bytes = uint64_t(shard) * p.param_read_bytes();
+    s.forward_shard_bytes = uint64_t(shard) * p.param_elem_bytes();
     // Whole shards of the budget left once `taken` is (as many as wanted without a budget).
     auto shards_left = [&](uint64_t taken, uint64_t want) {
       if (!pinned_mem_limit) return want;
@@ -123,12 +124,17 @@ PinnedStaging pinned_staging(const LlamaModel& model, const Placement& p, uint64
     const uint64_t want = uint64_t(nvme_prefetch) + 1;
     s.param_shards =
         int(std::clamp<uint64_t>(shards_left(s.chunk_need() + s.ahead_need(), want), 1, want));
-    // An update's compute copy, written to NVMe from a chunk buffer, is kept for the next forward
-    // only where the budget leaves room: it saves that read, nothing needs it.
-    if (!p.param_is_master()) {
+    // An update's compute copy, written to NVMe from a chunk buffer (or made for this alone
+    // where the gathers round the master), is kept for the next forward only where the budget
+    // leaves room: it saves that read, nothing needs it.
+    if (!p.param_is_master() || p.param_rounds_master()) {
       const uint64_t want_fwd = PinnedStaging::kForwardShards;
-      s.forward_shards = int(std::min(
-          shards_left(s.chunk_need() + s.ahead_need() + s.param_need(), want_fwd), want_fwd));
+      const uint64_t taken = s.chunk_need() + s.ahead_need() + s.param_need();
+      const uint64_t left = !pinned_mem_limit           ? want_fwd
+                            : pinned_mem_limit > taken ? (pinned_mem_limit - taken) /
+                                                             s.forward_shard_bytes
+                                                       : 0;
+      s.forward_shards = int(std::min(left, want_fwd));
     }
   }
   return s;
@@ -270,8 +276,10 @@ ZeroEngine::Impl::Impl(const LlamaModel& model, Device& device, Communicator& dp
         sl.full = device.alloc(c.numel * 4, params ? "gathered parameters" : "full gradient");
         if (params && bf16) sl.full16 = device.alloc(c.numel * 2, "gathered bf16 parameters");
         // The all-gather reads an off-device shard in place where the device addresses host
-        // memory (zero_schedule.cpp, prefetch); elsewhere the shard is copied in first.
-        if (params && dp.size() > 1 && place_.params != Tier::device && !host_ok)
+        // memory (zero_schedule.cpp, prefetch); elsewhere the shard is copied in first. A master
+        // the gathers round is rounded into it before the all-gather, wherever it is read.
+        if (params && dp.size() > 1 && place_.params != Tier::device &&
+            (!host_ok || place_.param_rounds_master()))
           sl.shard = device.alloc(c.numel / size_t(dp.size()) * esz, "staged parameter shard");
         sl.ready = device.make_event();
         sl.free = device.make_event();
@@ -345,7 +353,7 @@ ZeroEngine::Impl::Impl(const LlamaModel& model, Device& device, Communicator& dp
     param_pool_ = std::make_unique<PinnedPool>(device, 0, staging.param_shard_bytes,
                                                staging.param_shards, "parameter", opt_.timeout_s);
   if (staging.forward_shards) {
-    forward_.pool = std::make_unique<PinnedPool>(device, 0, staging.param_shard_bytes,
+    forward_.pool = std::make_unique<PinnedPool>(device, 0, staging.forward_shard_bytes,
                                                  staging.forward_shards, "forwarded compute copy",
                                                  opt_.timeout_s);
     forward_.of_unit.resize(size_t(model.num_units()));
@@ -466,10 +474,10 @@ void ZeroEngine::Impl::write_shard(Shard& sh, size_t esz, size_t begin, size_t c
 void ZeroEngine::Impl::write_master_values(Unit& s, size_t begin, size_t count,
                                            const float* values) {
   write_shard(s.master, 4, begin, count, values);
-  if (param_is_master()) return;
   // A compute copy kept from the last update is no longer the unit's (no device work reads a
   // kept buffer: a gather takes it out first).
-  forward_.release(forward_.take(int(&s - units_.data())), nullptr);
+  if (forward_.pool) forward_.release(forward_.take(int(&s - units_.data())), nullptr);
+  if (param_is_master()) return;
   if (place_.compute == DType::bf16) {
     std::vector<uint16_t> b(count);
     convert_f32_to_bf16(values, b.data(), count);

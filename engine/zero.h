@@ -110,12 +110,16 @@ struct PinnedStaging {
   // offload.optimizer_read_ahead is set, states are read from NVMe, and it holds no whole chunk
   // of master, m and v: the engine refuses it and the plan says so, by this one test.
   bool read_ahead_below_chunk = false;
-  uint64_t param_shard_bytes = 0;  // one compute-copy shard; 0 unless the compute copy is on NVMe
+  // One shard a gather reads from NVMe (the compute copy's, or the f32 master's where the gathers
+  // round it, Placement::param_rounds_master); 0 unless the params are on NVMe.
+  uint64_t param_shard_bytes = 0;
+  uint64_t forward_shard_bytes = 0;  // one compute-copy shard kept for the forward (below)
   // NVMe parameter read-ahead: offload.prefetch + 1 shards, or as many whole shards as the budget
   // leaves after the optimizer's pools, and at least one (minimum() checks that one fits).
   int param_shards = 0;
-  // The compute copy an update writes to NVMe, kept for the next forward's gather of that unit
-  // so the gather does not read it back (engine/zero_state.h, ForwardCopies): kForwardShards
+  // The compute copy an update writes to NVMe (or, where the gathers round the master, makes for
+  // this alone), kept for the next forward's gather of that unit so the gather does not read it
+  // (engine/zero_state.h, ForwardCopies): kForwardShards
   // shards, or as many as the budget leaves after the read-ahead, possibly none.
   static constexpr int kForwardShards = 2;
   int forward_shards = 0;
@@ -123,7 +127,7 @@ struct PinnedStaging {
   uint64_t chunk_need() const { return uint64_t(chunk_buffers) * chunk_bytes; }
   uint64_t ahead_need() const { return uint64_t(ahead_buffers) * chunk_bytes; }
   uint64_t param_need() const { return uint64_t(param_shards) * param_shard_bytes; }
-  uint64_t forward_need() const { return uint64_t(forward_shards) * param_shard_bytes; }
+  uint64_t forward_need() const { return uint64_t(forward_shards) * forward_shard_bytes; }
   uint64_t total() const { return chunk_need() + ahead_need() + param_need() + forward_need(); }
   // What a rank cannot run without: both optimizer pools whole and one parameter shard.
   uint64_t minimum() const { return chunk_need() + ahead_need() + param_shard_bytes; }

@@ -156,6 +156,35 @@ void ZeroEngine::Impl::prefetch(int u, bool hint) {
   void* gathered = bf16 ? sl.full16.data() : sl.full.data();
   comm_.wait(*sl.free);  // the previous occupant's readers are done
   const void* src = nullptr;
+  if (place_.param_rounds_master() && !read_into.kept) {
+    // The f32 master, in host memory or read from NVMe: rounded to the bf16 compute copy here,
+    // as the update rounds it (the same bits), then gathered as that copy is.
+    const float* master = ps.tier == Tier::nvme ? static_cast<const float*>(s.fetch_lease.data)
+                                                : ps.ptr<float>();
+    if (ps.tier == Tier::nvme) {
+      swapper_->wait(std::exchange(s.fetch_ticket, 0));
+      read_into.lease = std::exchange(s.fetch_lease, {});
+    }
+    traffic_.h2d_bytes += n * 4;
+    if (!device_.host_addressable()) {  // copied in first, into the slot it is rounded in
+      comm_.copy(sl.full.data(), master, n * 4);
+      master = sl.full.as<float>();
+    }
+    if (dp_.size() == 1) {
+      device_.ops().round_to_bf16(comm_, sl.full.as<float>(), master, n);
+    } else {
+      device_.ops().cast_f32_to_bf16(comm_, sl.shard.as<uint16_t>(), master, n);
+      dp_.all_gather(comm_, gathered, sl.shard.data(), n, ct);
+      traffic_.comm_bytes += L.padded_numel() * param_elem_bytes();
+      device_.ops().cast_bf16_to_f32(comm_, sl.full.as<float>(), sl.full16.as<uint16_t>(),
+                                     L.padded_numel());
+    }
+    read_into.give_back();
+    comm_.record(*sl.ready);
+    ++traffic_.gathers;
+    s.gather = GatherState::gathered;
+    return;
+  }
   if (ps.tier == Tier::device) {
     src = ps.mem.data();
   } else {

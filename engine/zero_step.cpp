@@ -587,6 +587,10 @@ void ZeroEngine::Impl::step_unit_chunked(int u, const StepParams& p, StepJob* ga
   Shard* states[3] = {&s.master, &s.m, &s.v};
   const bool opt_nvme = s.master.tier == Tier::nvme;  // (offload.optimizer_host_bytes: per unit)
   const bool param_nvme = separate_param && s.param.tier == Tier::nvme;
+  // The gathers round the master (Placement::param_rounds_master): its write is what the next
+  // pass waits for, so it goes first, in a job of its own, and the unit is published once it
+  // is written; m and v may trail. The bf16 copy is made only into a kept buffer.
+  const bool rounds = place_.param_rounds_master() && opt_nvme;
   // Its first chunks read ahead by the worker (read_ahead): updated and written back from there.
   std::vector<AheadChunk>* ahead = gate ? &gate->ahead[size_t(u)] : nullptr;
   const size_t n_ahead = ahead ? ahead->size() : 0;
@@ -606,6 +610,27 @@ void ZeroEngine::Impl::step_unit_chunked(int u, const StepParams& p, StepJob* ga
     }
   } kept{forward_, {}};
   ChunkSet sets[3];
+  // The master writes of chunks read ahead (rounds): waited for before the unit is published,
+  // and on any way out before their buffers can go back (declared after `kept`, before `drain`
+  // and the job's own release of the read-ahead buffers).
+  struct Tickets {
+    Impl& e;
+    std::vector<uint64_t> t;
+    void wait() {
+      for (uint64_t& x : t)
+        if (x) e.swapper_->wait(std::exchange(x, 0));
+      t.clear();
+    }
+    ~Tickets() {
+      for (uint64_t& x : t)
+        if (x) {
+          try {
+            e.swapper_->wait(std::exchange(x, 0));
+          } catch (const std::exception&) {  // the error that unwinds us is the one reported
+          }
+        }
+    }
+  } ahead_master_writes{*this, {}};
   // However this returns, no NVMe read or write may still target a chunk buffer once the buffer
   // goes back to the pool (an Error mid-pipeline waits out the rest, keeping the first error).
   struct Drain {
@@ -661,7 +686,7 @@ void ZeroEngine::Impl::step_unit_chunked(int u, const StepParams& p, StepJob* ga
       acquire_set(set);
     }
     if (gate) await_go(*gate, u);  // reads may run ahead; updates wait for the norm (or u final)
-    if (k == 0 && param_nvme && forward_.pool && forwarded_next(u, gate))
+    if (k == 0 && (param_nvme || rounds) && forward_.pool && forwarded_next(u, gate))
       kept.lease = forward_.try_acquire();
     const size_t lo = k * chunk, cnt = std::min(chunk, n - lo);
     char* ptr[3];  // element lo of master, m, v (staged or in memory)
@@ -677,6 +702,8 @@ void ZeroEngine::Impl::step_unit_chunked(int u, const StepParams& p, StepJob* ga
                                                : set.buf[3].data)
                   : param_staged ? param_stage_.data()
                                  : static_cast<void*>(s.param.ptr<char>() + lo * esz);
+    else if (rounds && kept.lease)
+      param_out = static_cast<char*>(kept.lease.data) + lo * esz;
     const float* g = s.grad.ptr<float>() + lo;
     for_each_segment(L, base + lo, base + lo + cnt, [&](size_t a, size_t b, bool is_norm) {
       AdamWHyper h = p.hyper;
@@ -686,7 +713,7 @@ void ZeroEngine::Impl::step_unit_chunked(int u, const StepParams& p, StepJob* ga
       t.param = master + o;
       t.grad = g + o;
       set_moments(t, ptr[1], ptr[2], o, bf16_states);
-      t.param_bf16 = (separate_param && bf16) ? static_cast<uint16_t*>(param_out) + o : nullptr;
+      t.param_bf16 = (bf16 && param_out) ? static_cast<uint16_t*>(param_out) + o : nullptr;
       t.n = b - a;
       if (adam_isa_) adamw_update_isa(*adam_isa_, h, p.step, p.grad_scale, t);
       else adamw_update(h, p.step, p.grad_scale, t);
@@ -701,9 +728,18 @@ void ZeroEngine::Impl::step_unit_chunked(int u, const StepParams& p, StepJob* ga
     if (param_nvme)
       set.param_write = swapper_->submit({swap_->request(IoOp::write, s.param.key, param_out, cnt * esz, lo * esz)},
                                          IoLane::urgent);
+    if (rounds) {
+      IoRequest w = swap_->request(IoOp::write, s.master.key, ptr[0], cnt * 4, lo * 4);
+      if (pre) {
+        ahead_master_writes.t.push_back(swapper_->submit({w}, IoLane::urgent));
+      } else {
+        if (set.param_write) swapper_->wait(std::exchange(set.param_write, 0));
+        set.param_write = swapper_->submit({w}, IoLane::urgent);
+      }
+    }
     if (opt_nvme) {
       std::vector<IoRequest> reqs;
-      for (int i = 0; i < 3; ++i)
+      for (int i = rounds ? 1 : 0; i < 3; ++i)
         reqs.push_back(swap_->request(IoOp::write, states[i]->key, ptr[i], cnt * state_bytes[i],
                                       lo * state_bytes[i]));
       // A read-ahead chunk's write-back trails (below) in the bulk lane: state reads go first,
@@ -711,7 +747,7 @@ void ZeroEngine::Impl::step_unit_chunked(int u, const StepParams& p, StepJob* ga
       // chunk but one reuses their buffers), and so does every write when the master is the
       // compute copy (the unit is published only once its states are written).
       (pre ? pre->write : set.write) =
-          swapper_->submit(std::move(reqs), trails ? IoLane::bulk : IoLane::normal);
+          swapper_->submit(std::move(reqs), trails || (pre && rounds) ? IoLane::bulk : IoLane::normal);
     }
     if (trails) {
       // Write-behind: the unit is published without waiting for its states' writes, so the
@@ -721,17 +757,25 @@ void ZeroEngine::Impl::step_unit_chunked(int u, const StepParams& p, StepJob* ga
     }
     if (gate) read_ahead(*gate);
   }
+  // (The f32 master that is the compute copy: the unit is published once its states are written.
+  // A master the gathers round: once its own writes are.)
+  const bool master_in_write = !separate_param && !rounds;
   for (auto& set : sets) {
     if (set.param_write) swapper_->wait(std::exchange(set.param_write, 0));
-    if (!separate_param && set.write) swapper_->wait(std::exchange(set.write, 0));  // it is the master
+    if (master_in_write && set.write) swapper_->wait(std::exchange(set.write, 0));
   }
+  ahead_master_writes.wait();
   if (kept.lease) forward_.put(u, std::exchange(kept.lease, {}));  // written: no I/O on it
-  if (!separate_param)
+  if (master_in_write)
     for (size_t k = 0; k < n_ahead; ++k)
       if ((*ahead)[k].write) swapper_->wait(std::exchange((*ahead)[k].write, 0));
   // The compute copy holds the new values: a step's worker publishes the unit now, while the
   // states' last writes drain (every reader of the states waits for the whole step).
   if (gate) publish_update(*gate, u);
+  // A master the gathers round is written: its chunks read ahead trail with m and v alone.
+  if (rounds)
+    for (size_t k = 0; k < n_ahead; ++k)
+      if ((*ahead)[k].write) gate->behind.push_back(std::exchange((*ahead)[k], {}));
   for (auto& set : sets)
     if (set.write) swapper_->wait(std::exchange(set.write, 0));
   if (ahead) {  // written back: the buffers may read ahead for later units

@@ -126,6 +126,9 @@ class Ops {
   // Round to nearest even / widen.
   virtual void cast_f32_to_bf16(Stream& s, uint16_t* out, const float* in, size_t n) = 0;
   virtual void cast_bf16_to_f32(Stream& s, float* out, const uint16_t* in, size_t n) = 0;
+  // out (n) = in rounded to bf16 (nearest even) and widened back: the two casts in one pass, no
+  // bf16 buffer between. out may alias in.
+  virtual void round_to_bf16(Stream& s, float* out, const float* in, size_t n) = 0;
   // *out (one double in device memory) = sum of x (n), accumulated in double.
   virtual void sum(Stream& s, double* out, const float* x, size_t n) = 0;
   // *out (one double in device memory) = sum of x^2 (n), accumulated in double.

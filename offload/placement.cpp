@@ -10,7 +10,13 @@ namespace strata {
 
 Tier Placement::grads_tier() const { return optimizer == Tier::device ? grads : Tier::host; }
 
-bool Placement::param_is_master() const { return compute == DType::f32 && params == optimizer; }
+bool Placement::param_is_master() const {
+  return (compute == DType::f32 && params == optimizer) || param_rounds_master();
+}
+
+bool Placement::param_rounds_master() const {
+  return compute == DType::bf16 && params == Tier::nvme && optimizer == Tier::nvme;
+}
 
 bool Placement::direct_params(int dp) const {
   return dp == 1 && compute == DType::f32 && params == Tier::device;

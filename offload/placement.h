@@ -60,8 +60,17 @@ struct Placement {
   // reads them and the f32 gradient and writes them back — 28 bytes per parameter, 20 with bf16
   // m and v; with the states on NVMe it reads and writes optimizer_state_bytes() each way.
   size_t optimizer_state_bytes() const { return 4 + 2 * state_elem_bytes(); }
-  // The compute copy is the master shard itself (f32, on the optimizer's tier).
+  // The gathers read the master shard: it is the compute copy itself (f32, on the optimizer's
+  // tier), or — param_rounds_master() — each gather rounds it to the bf16 compute copy.
   bool param_is_master() const;
+  // bf16 compute with params and optimizer on NVMe: no compute copy is stored or written. A
+  // gather reads the f32 master (4 bytes a parameter, during the passes) and rounds it as the
+  // update would have; an update keeps its bf16 copy only for the next forward (ForwardCopies).
+  // That takes the copy's write (2 bytes a parameter) out of the window after a clipped step's
+  // norm, where the disk is the bottleneck, into the backward, where it idles.
+  bool param_rounds_master() const;
+  // Bytes per element a gather reads from the params' tier: 4 where it reads the master.
+  size_t param_read_bytes() const { return param_is_master() ? 4 : param_elem_bytes(); }
   // No parameter slots at all: acquire() hands out the device shard (one rank, f32 on device).
   bool direct_params(int dp) const;
   // No gradient slots at all: one rank and one micro-batch per step, with the gradient shard in

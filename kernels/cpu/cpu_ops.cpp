@@ -134,6 +134,9 @@ class CpuOps final : public Ops {
     launch(s, "cast_bf16_to_f32", cpu::fast::cast_bf16_to_f32, cpu::ref::cast_bf16_to_f32, out, in,
            n);
   }
+  void round_to_bf16(Stream& s, float* out, const float* in, size_t n) override {
+    launch(s, "round_to_bf16", cpu::fast::round_to_bf16, cpu::ref::round_to_bf16, out, in, n);
+  }
   void sum(Stream& s, double* out, const float* x, size_t n) override {
     launch(s, "sum", cpu::fast::sum, cpu::ref::sum<float>, out, x, n);
   }

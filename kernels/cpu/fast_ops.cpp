@@ -109,6 +109,21 @@ void cast_bf16_to_f32(float* out, const uint16_t* in, size_t n) {
   });
 }
 
+// cast_f32_to_bf16's rounding, widened in the same pass. (No __restrict: out may alias in.)
+void round_to_bf16(float* out, const float* in, size_t n) {
+  parallel_rows(int64_t(n), kElementwiseGrain, [&](int64_t i0, int64_t i1) {
+    const uint32_t* u = reinterpret_cast<const uint32_t*>(in);
+    uint32_t* o = reinterpret_cast<uint32_t*>(out);
+#pragma omp simd
+    for (int64_t i = i0; i < i1; ++i) {
+      const uint32_t x = u[i];
+      const uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) & 0xffff0000u;
+      const uint32_t quiet_nan = (x & 0xffff0000u) | 0x400000u;
+      o[i] = (x & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded;
+    }
+  });
+}
+
 namespace {
 
 // Σ f(x[i]) over one chunk with SIMD double accumulators (a plain-pointer function: inside the

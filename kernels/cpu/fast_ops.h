@@ -66,6 +66,7 @@ void fill_zero(void* dst, size_t bytes);
 void scale(float* x, float alpha, size_t n);
 void cast_f32_to_bf16(uint16_t* out, const float* in, size_t n);
 void cast_bf16_to_f32(float* out, const uint16_t* in, size_t n);
+void round_to_bf16(float* out, const float* in, size_t n);
 void sum(double* out, const float* x, size_t n);
 void sum_squares(double* out, const float* x, size_t n);
 

@@ -416,6 +416,10 @@ void cast_bf16_to_f32(float* out, const uint16_t* in, size_t n) {
   for (size_t i = 0; i < n; ++i) out[i] = bf16_bits_to_f32(in[i]);
 }
 
+void round_to_bf16(float* out, const float* in, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = bf16_bits_to_f32(f32_to_bf16_bits(in[i]));
+}
+
 // ---- instantiations -------------------------------------------------------------------------
 
 #define STRATA_REF_INSTANTIATE(Real)                                                               \

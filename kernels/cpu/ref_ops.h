@@ -105,5 +105,6 @@ void sum_squares(double* out, const Real* x, size_t n);
 
 void cast_f32_to_bf16(uint16_t* out, const float* in, size_t n);
 void cast_bf16_to_f32(float* out, const uint16_t* in, size_t n);
+void round_to_bf16(float* out, const float* in, size_t n);
 
 }  // namespace strata::cpu::ref

@@ -230,6 +230,9 @@ class CudaOps final : public Ops {
   void cast_bf16_to_f32(Stream& s, float* out, const uint16_t* in, size_t n) override {
     run(s, "cast_bf16_to_f32", [&](CudaStream& cs) { launch_cast_bf16_to_f32(cs, out, in, n); });
   }
+  void round_to_bf16(Stream& s, float* out, const float* in, size_t n) override {
+    run(s, "round_to_bf16", [&](CudaStream& cs) { launch_round_to_bf16(cs, out, in, n); });
+  }
   void sum(Stream& s, double* out, const float* x, size_t n) override {
     run(s, "sum", [&](CudaStream& cs) { launch_sum(cs, out, x, n, false); });
   }

@@ -28,6 +28,11 @@ __global__ void from_bf16_kernel(float* out, const uint16_t* in, size_t n) {
     out[i] = bf16_bits_to_f32(in[i]);
 }
 
+__global__ void round_bf16_kernel(float* out, const float* in, size_t n) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    out[i] = bf16_bits_to_f32(f32_to_bf16_bits(in[i]));
+}
+
 }  // namespace
 
 void launch_add(CudaStream& s, float* out, const float* a, const float* b, size_t n) {
@@ -51,6 +56,12 @@ void launch_cast_f32_to_bf16(CudaStream& s, uint16_t* out, const float* in, size
 void launch_cast_bf16_to_f32(CudaStream& s, float* out, const uint16_t* in, size_t n) {
   if (n == 0) return;
   from_bf16_kernel<<<grid_for(n), kThreads, 0, native(s)>>>(out, in, n);
+  STRATA_CUDA_LAUNCH_CHECK();
+}
+
+void launch_round_to_bf16(CudaStream& s, float* out, const float* in, size_t n) {
+  if (n == 0) return;
+  round_bf16_kernel<<<grid_for(n), kThreads, 0, native(s)>>>(out, in, n);
   STRATA_CUDA_LAUNCH_CHECK();
 }
 

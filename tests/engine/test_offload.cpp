@@ -232,6 +232,10 @@ TEST(Offload, Bf16ComputeCopyIsTheMasterRoundedToNearestEven) {
       {"NVMe, unclipped", Tier::nvme, Tier::host, Tier::nvme, true, false},
       {"NVMe states kept, bf16 m and v", Tier::host, Tier::host, Tier::nvme, true, true, true, 0,
        uint64_t(1) << 20},
+      // The gathers round the master, read from NVMe or, for the first units, host memory.
+      {"NVMe, first units' states kept", Tier::nvme, Tier::host, Tier::nvme, true, true, true,
+       7 * chunk, uint64_t(1) << 20},
+      {"NVMe, serial", Tier::nvme, Tier::host, Tier::nvme, false},
   };
   uint64_t checked = 0, differ_from_truncation = 0;
   for (const Case& k : cases) {
@@ -496,7 +500,10 @@ TEST(Offload, PlanCountsWhatTheEngineAllocates) {
                   (shard - (optimizer == Tier::nvme ? kept : 0)) * mv);
         if (optimizer == Tier::nvme) {
           EXPECT_EQ(rows("host", {"AdamW m and v"}), kept * mv);
-          EXPECT_EQ(rows("host", {"master weights"}), kept * 4);
+          // bf16 (kept only then): the gathers round the master, read from there: pinned.
+          EXPECT_EQ(rows("pinned", {"master weights"}), kept * 4);
+          // No compute copy on NVMe: the gathers read the master (f32) or round it (bf16).
+          EXPECT_EQ(rows("nvme", {"compute copy"}), 0u);
         }
         // An f32 master in host memory that is also the compute copy is pinned: the gathers
         // copy from it.
@@ -529,13 +536,18 @@ TEST(Offload, PlanAndEngineShareThePinnedBudget) {
   ASSERT_GT(unlimited.chunk_buffers, 0);
   const uint64_t min = unlimited.minimum(), shard = unlimited.param_shard_bytes;
   ASSERT_EQ(unlimited.forward_shards, PinnedStaging::kForwardShards);
+  // bf16 with params and optimizer on NVMe: a gather reads the f32 master (4 bytes an element),
+  // a kept forward copy is bf16 (2).
+  const uint64_t fshard = unlimited.forward_shard_bytes;
+  ASSERT_EQ(2 * fshard, shard);
   struct Case {
     uint64_t limit;
     int shards;  // 0: refused
     int forward;
   };
-  for (const Case& k : {Case{0, 3, 2}, Case{min + 5 * shard, 3, 2}, Case{min + 3 * shard, 3, 1},
-                        Case{min + shard + shard / 2, 2, 0}, Case{min, 1, 0}, Case{min - 1, 0, 0}}) {
+  for (const Case& k : {Case{0, 3, 2}, Case{min + 2 * shard + 3 * fshard, 3, 2},
+                        Case{min + 2 * shard + fshard, 3, 1}, Case{min + shard + fshard / 2, 2, 0},
+                        Case{min, 1, 0}, Case{min - 1, 0, 0}}) {
     c.offload.pinned_mem_limit = k.limit;
     SCOPED_TRACE(str("offload.pinned_mem_limit = ", k.limit, " (one unit needs ", min, ")"));
     PlanMachine m;
@@ -577,7 +589,7 @@ TEST(Offload, PlanAndEngineShareThePinnedBudget) {
       if (r.what == fwd_row) fwd_bytes = r.bytes;
     }
     EXPECT_EQ(row_bytes, uint64_t(k.shards) * shard) << "no row \"" << row << "\"";
-    EXPECT_EQ(fwd_bytes, uint64_t(k.forward) * shard) << "no row \"" << fwd_row << "\"";
+    EXPECT_EQ(fwd_bytes, uint64_t(k.forward) * fshard) << "no row \"" << fwd_row << "\"";
     if (k.limit) {
       EXPECT_LE(planned, k.limit);
     }
@@ -701,6 +713,54 @@ TEST(Offload, UpdatesKeepTheirComputeCopyForTheNextForward) {
       gathered += rec.traffic.h2d_bytes;
     }
     EXPECT_EQ(read + forwarded, gathered);
+    Config host = c;
+    host.offload.params = Tier::host;
+    const Result ref = run(host);
+    EXPECT_EQ(r.losses, ref.losses);
+    EXPECT_TRUE(r.weights == ref.weights) << "final weights differ from the host-memory run";
+  }
+}
+
+// bf16 with params and optimizer on NVMe: no compute copy is stored or written
+// (Placement::param_rounds_master). The swap space holds the states alone; a step writes exactly
+// the states of the units not kept in host memory, and reads them, the backward's master of
+// every such unit and the forward's of every unit whose update kept no bf16 copy for it; the
+// numbers are those of the same run with the compute copy in host memory.
+TEST(Offload, Bf16ParamsOnNvmeAreRoundedFromTheMaster) {
+  for (bool overlap : {false, true}) {
+    SCOPED_TRACE(overlap ? "overlapped optimizer" : "serial optimizer");
+    Config c = base(Precision::bf16);
+    c.train.steps = 3;
+    c.offload.params = Tier::nvme;
+    c.offload.optimizer = Tier::nvme;
+    c.offload.overlap_optimizer = overlap;
+    c.offload.optimizer_read_ahead = overlap ? 7 * c.offload.optimizer_chunk : 0;
+    c.offload.nvme_path = {nvme_dir("rounded")};
+    const LlamaModel model(c.model, world().size());
+    const uint64_t first = model.unit(0).layout.shard_numel();
+    c.offload.optimizer_host_bytes = first * 12 + 4096;  // unit 0's states in host memory
+    uint64_t elems = 0;  // shard elements whose master is on NVMe
+    for (int u = 1; u < model.num_units(); ++u) elems += model.unit(u).layout.shard_numel();
+    TrainerOptions quiet;
+    quiet.progress = false;
+    EXPECT_EQ(Trainer(c, world(), quiet).state_memory().nvme_bytes, elems * 12)
+        << "the swap space holds master, m and v alone";
+    const Result r = run(c);
+    ASSERT_EQ(r.records.size(), size_t(c.train.steps));
+    uint64_t forwarded = 0;
+    for (const StepRecord& rec : r.records) {
+      SCOPED_TRACE(str("step ", rec.step));
+      forwarded += rec.traffic.forwarded_bytes;
+      if (rec.step == 1) continue;  // it also writes the initial states
+      EXPECT_EQ(rec.traffic.nvme_write_bytes, elems * 12);
+      // Each gather of a unit on NVMe (a forward and a backward per micro-batch) reads its
+      // master, 4 bytes an element, unless its update kept a bf16 copy (2 bytes an element) for
+      // the forward.
+      const uint64_t gathers = 2 * uint64_t(c.train.grad_accum);
+      EXPECT_EQ(rec.traffic.nvme_read_bytes,
+                elems * 12 + gathers * elems * 4 - 2 * rec.traffic.forwarded_bytes);
+    }
+    EXPECT_GT(forwarded, 0u) << "no update kept its bf16 copy for the forward";
     Config host = c;
     host.offload.params = Tier::host;
     const Result ref = run(host);

@@ -369,19 +369,42 @@ TEST(StepModel, BytesPerStepFollowTheTuningTable) {
   const StepPrediction q = predict_step(c, 1, gpu_machine(), rates());
   EXPECT_DOUBLE_EQ(q.bytes.nvme_write, 8 * shard);
   EXPECT_DOUBLE_EQ(q.bytes.adam, 20 * shard);
-  // bf16 compute: the compute copy is its own shard, written by each update. The clipped
-  // overlapped step's forward gathers every unit from the buffer its update kept, so only the
-  // backward reads it back; a serial step's forward takes the first two units' from there.
+  // bf16 compute, params and optimizer on NVMe: no compute copy is stored; each gather reads the
+  // f32 master and rounds it (Placement::param_rounds_master). The clipped overlapped step's
+  // forward gathers every unit from the bf16 copy its update kept, so only the backward reads
+  // the master; a serial step's forward takes the first two units' from there.
   c.train.optimizer_state_dtype = DType::f32;
   c.train.precision = Precision::bf16;
   ASSERT_GT(c.train.grad_clip, 0.0f);
   const StepPrediction o = predict_step(c, 1, gpu_machine(), rates());
-  EXPECT_DOUBLE_EQ(o.bytes.nvme_param_read, 2 * shard);
-  EXPECT_DOUBLE_EQ(o.bytes.nvme_write, 12 * shard + 2 * shard);
-  c.offload.overlap_optimizer = false;
-  const StepPrediction s = predict_step(c, 1, gpu_machine(), rates());
+  EXPECT_DOUBLE_EQ(o.bytes.nvme_param_read, 4 * shard);
+  EXPECT_DOUBLE_EQ(o.bytes.nvme_write, 12 * shard);  // no copy written
+  EXPECT_DOUBLE_EQ(o.bytes.h2d, 2 * 4 * shard);      // the master, staged for each gather
   const double first_two =
       double(model.unit(0).layout.shard_numel() + model.unit(1).layout.shard_numel());
+  {
+    Config serial = c;
+    serial.offload.overlap_optimizer = false;
+    const StepPrediction s = predict_step(serial, 1, gpu_machine(), rates());
+    EXPECT_DOUBLE_EQ(s.bytes.nvme_param_read, 2 * 4 * shard - 4 * first_two);
+  }
+  // The first unit's states kept in host memory: its master is gathered from there, unread.
+  {
+    Config kept = c;
+    const double first = double(model.unit(0).layout.shard_numel());
+    kept.offload.optimizer_host_bytes = uint64_t(first) * 16 + 4096;
+    const StepPrediction k = predict_step(kept, 1, gpu_machine(), rates());
+    EXPECT_DOUBLE_EQ(k.bytes.nvme_param_read, 4 * (shard - first));
+    EXPECT_DOUBLE_EQ(k.bytes.nvme_write, 12 * (shard - first));
+  }
+  // The optimizer in host memory: the bf16 compute copy is its own shard on NVMe, written by
+  // each update and read back by the backward (the forward's kept as above).
+  c.offload.optimizer = Tier::host;
+  const StepPrediction h = predict_step(c, 1, gpu_machine(), rates());
+  EXPECT_DOUBLE_EQ(h.bytes.nvme_param_read, 2 * shard);
+  EXPECT_DOUBLE_EQ(h.bytes.nvme_write, 2 * shard);
+  c.offload.overlap_optimizer = false;
+  const StepPrediction s = predict_step(c, 1, gpu_machine(), rates());
   EXPECT_DOUBLE_EQ(s.bytes.nvme_param_read, 2 * 2 * shard - 2 * first_two);
 }
 

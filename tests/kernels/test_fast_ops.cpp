@@ -495,6 +495,17 @@ TEST(FastVsRef, CastsAreBitExact) {
     for (size_t i = 0; i < n; ++i)
       ASSERT_EQ(std::bit_cast<uint32_t>(f1[i]), std::bit_cast<uint32_t>(f2[i]))
           << "cast_bf16_to_f32 at " << i;
+    // The fused round trip: the two casts' bits, fast and reference, and in place.
+    std::vector<float> r1(n), r2(n), r3(x);
+    fast::round_to_bf16(r1.data(), x.data(), n);
+    ref::round_to_bf16(r2.data(), x.data(), n);
+    fast::round_to_bf16(r3.data(), r3.data(), n);
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(r1[i]), std::bit_cast<uint32_t>(f1[i]))
+          << "round_to_bf16 n=" << n << " at " << i << " x=" << x[i];
+      ASSERT_EQ(std::bit_cast<uint32_t>(r2[i]), std::bit_cast<uint32_t>(f1[i])) << "ref at " << i;
+      ASSERT_EQ(std::bit_cast<uint32_t>(r3[i]), std::bit_cast<uint32_t>(f1[i])) << "in place " << i;
+    }
   }
 }
 
