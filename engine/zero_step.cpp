@@ -745,9 +745,10 @@ void ZeroEngine::Impl::step_unit_chunked(int u, const StepParams& p, StepJob* ga
       // A read-ahead chunk's write-back trails (below) in the bulk lane: state reads go first,
       // nothing waits for it but the buffer. The pipeline's own writes stay normal (its next
       // chunk but one reuses their buffers), and so does every write when the master is the
-      // compute copy (the unit is published only once its states are written).
-      (pre ? pre->write : set.write) =
-          swapper_->submit(std::move(reqs), trails || (pre && rounds) ? IoLane::bulk : IoLane::normal);
+      // compute copy (the unit is published only once its states are written). A master the
+      // gathers round went above, on its own: m and v trail as a separate copy's states do.
+      const IoLane lane = trails || (pre && rounds) ? IoLane::bulk : IoLane::normal;
+      (pre ? pre->write : set.write) = swapper_->submit(std::move(reqs), lane);
     }
     if (trails) {
       // Write-behind: the unit is published without waiting for its states' writes, so the

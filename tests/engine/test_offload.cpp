@@ -756,9 +756,18 @@ TEST(Offload, Bf16ParamsOnNvmeAreRoundedFromTheMaster) {
       // Each gather of a unit on NVMe (a forward and a backward per micro-batch) reads its
       // master, 4 bytes an element, unless its update kept a bf16 copy (2 bytes an element) for
       // the forward.
+      // Overlapped, a step's record holds the reads of the previous update the read-ahead did
+      // not do and its own update's read ahead during its backward, which the timing sizes:
+      // they differ by less than the read-ahead budget.
       const uint64_t gathers = 2 * uint64_t(c.train.grad_accum);
-      EXPECT_EQ(rec.traffic.nvme_read_bytes,
-                elems * 12 + gathers * elems * 4 - 2 * rec.traffic.forwarded_bytes);
+      const uint64_t want = elems * 12 + gathers * elems * 4 - 2 * rec.traffic.forwarded_bytes;
+      if (overlap) {
+        const double diff = double(rec.traffic.nvme_read_bytes) - double(want);
+        EXPECT_LE(std::abs(diff), double(c.offload.optimizer_read_ahead))
+            << rec.traffic.nvme_read_bytes << " read, " << want << " expected";
+      } else {
+        EXPECT_EQ(rec.traffic.nvme_read_bytes, want);
+      }
     }
     EXPECT_GT(forwarded, 0u) << "no update kept its bf16 copy for the forward";
     Config host = c;
