@@ -66,8 +66,8 @@ struct Placement {
   // bf16 compute with params and optimizer on NVMe: no compute copy is stored or written. A
   // gather reads the f32 master (4 bytes a parameter, during the passes) and rounds it as the
   // update would have; an update keeps its bf16 copy only for the next forward (ForwardCopies).
-  // That takes the copy's write (2 bytes a parameter) out of the window after a clipped step's
-  // norm, where the disk is the bottleneck, into the backward, where it idles.
+  // The copy's write (2 bytes a parameter, after a clipped step's norm) is gone; the backward
+  // reads 2 bytes a parameter more, and the swap space is 2 bytes a parameter smaller.
   bool param_rounds_master() const;
   // Bytes per element a gather reads from the params' tier: 4 where it reads the master.
   size_t param_read_bytes() const { return param_is_master() ? 4 : param_elem_bytes(); }
