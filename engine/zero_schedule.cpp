@@ -156,6 +156,7 @@ void ZeroEngine::Impl::prefetch(int u, bool hint) {
   void* gathered = bf16 ? sl.full16.data() : sl.full.data();
   comm_.wait(*sl.free);  // the previous occupant's readers are done
   const void* src = nullptr;
+  bool rounded = false;  // one rank, the master rounded straight into the slot: nothing follows
   if (place_.param_rounds_master() && !read_into.kept) {
     // The f32 master, in host memory or read from NVMe: rounded to the bf16 compute copy here,
     // as the update rounds it (the same bits), then gathered as that copy is.
@@ -172,20 +173,12 @@ void ZeroEngine::Impl::prefetch(int u, bool hint) {
     }
     if (dp_.size() == 1) {
       device_.ops().round_to_bf16(comm_, sl.full.as<float>(), master, n);
+      rounded = true;
     } else {
       device_.ops().cast_f32_to_bf16(comm_, sl.shard.as<uint16_t>(), master, n);
-      dp_.all_gather(comm_, gathered, sl.shard.data(), n, ct);
-      traffic_.comm_bytes += L.padded_numel() * param_elem_bytes();
-      device_.ops().cast_bf16_to_f32(comm_, sl.full.as<float>(), sl.full16.as<uint16_t>(),
-                                     L.padded_numel());
+      src = sl.shard.data();
     }
-    read_into.give_back();
-    comm_.record(*sl.ready);
-    ++traffic_.gathers;
-    s.gather = GatherState::gathered;
-    return;
-  }
-  if (ps.tier == Tier::device) {
+  } else if (ps.tier == Tier::device) {
     src = ps.mem.data();
   } else {
     // Off the device: the shard in host memory or in the NVMe staging buffer.
@@ -211,7 +204,9 @@ void ZeroEngine::Impl::prefetch(int u, bool hint) {
       src = stage;
     }
   }
-  if (bf16 && dp_.size() == 1) {
+  if (rounded) {
+    // The slot holds the compute copy already.
+  } else if (bf16 && dp_.size() == 1) {
     device_.ops().cast_bf16_to_f32(comm_, sl.full.as<float>(), static_cast<const uint16_t*>(src), n);
   } else {
     dp_.all_gather(comm_, gathered, src, n, ct);
