@@ -127,10 +127,7 @@ MemoryPlan plan_memory(const Config& c, int dp, const PlanMachine& machine, int 
     const auto classes = param_slot_classes(model, pl);
     uint64_t bytes = 0;
     for (const SlotClass& cl : classes) {
-      // A device that cannot address host memory stages the shard before the all-gather, and
-      // a master the gathers round is rounded into such a shard on any device.
-      const bool staged = dp > 1 && pl.params != Tier::device &&
-                          (!machine.device_is_host_memory || pl.param_rounds_master());
+      const bool staged = pl.param_shard_staged(dp, machine.device_is_host_memory);
       const uint64_t per = add(mul(cl.numel, bf16 ? 6 : 4),
                                staged ? mul(cl.numel / uint64_t(dp), esz) : 0);
       bytes = add(bytes, mul(uint64_t(cl.slots), per));

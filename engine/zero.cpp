@@ -116,25 +116,23 @@ PinnedStaging pinned_staging(const LlamaModel& model, const Placement& p, uint64
   if (p.nvme_params()) {
     s.param_shard_bytes = uint64_t(shard) * p.param_read_bytes();
     s.forward_shard_bytes = uint64_t(shard) * p.param_elem_bytes();
-    // Whole shards of the budget left once `taken` is (as many as wanted without a budget).
-    auto shards_left = [&](uint64_t taken, uint64_t want) {
+    // Whole shards of `shard` bytes the budget leaves once `taken` is (as many as wanted
+    // without a budget).
+    auto shards_left = [&](uint64_t taken, uint64_t want, uint64_t shard) {
       if (!pinned_mem_limit) return want;
-      return pinned_mem_limit > taken ? (pinned_mem_limit - taken) / s.param_shard_bytes : 0;
+      return pinned_mem_limit > taken ? (pinned_mem_limit - taken) / shard : 0;
     };
     const uint64_t want = uint64_t(nvme_prefetch) + 1;
-    s.param_shards =
-        int(std::clamp<uint64_t>(shards_left(s.chunk_need() + s.ahead_need(), want), 1, want));
+    s.param_shards = int(std::clamp<uint64_t>(
+        shards_left(s.chunk_need() + s.ahead_need(), want, s.param_shard_bytes), 1, want));
     // An update's compute copy, written to NVMe from a chunk buffer (or made for this alone
     // where the gathers round the master), is kept for the next forward only where the budget
     // leaves room: it saves that read, nothing needs it.
     if (!p.param_is_master() || p.param_rounds_master()) {
       const uint64_t want_fwd = PinnedStaging::kForwardShards;
       const uint64_t taken = s.chunk_need() + s.ahead_need() + s.param_need();
-      const uint64_t left = !pinned_mem_limit           ? want_fwd
-                            : pinned_mem_limit > taken ? (pinned_mem_limit - taken) /
-                                                             s.forward_shard_bytes
-                                                       : 0;
-      s.forward_shards = int(std::min(left, want_fwd));
+      s.forward_shards =
+          int(std::min(shards_left(taken, want_fwd, s.forward_shard_bytes), want_fwd));
     }
   }
   return s;
@@ -275,11 +273,7 @@ ZeroEngine::Impl::Impl(const LlamaModel& model, Device& device, Communicator& dp
         sl.kinds = c.kinds;
         sl.full = device.alloc(c.numel * 4, params ? "gathered parameters" : "full gradient");
         if (params && bf16) sl.full16 = device.alloc(c.numel * 2, "gathered bf16 parameters");
-        // The all-gather reads an off-device shard in place where the device addresses host
-        // memory (zero_schedule.cpp, prefetch); elsewhere the shard is copied in first. A master
-        // the gathers round is rounded into it before the all-gather, wherever it is read.
-        if (params && dp.size() > 1 && place_.params != Tier::device &&
-            (!host_ok || place_.param_rounds_master()))
+        if (params && place_.param_shard_staged(dp.size(), host_ok))
           sl.shard = device.alloc(c.numel / size_t(dp.size()) * esz, "staged parameter shard");
         sl.ready = device.make_event();
         sl.free = device.make_event();
@@ -476,7 +470,7 @@ void ZeroEngine::Impl::write_master_values(Unit& s, size_t begin, size_t count,
   write_shard(s.master, 4, begin, count, values);
   // A compute copy kept from the last update is no longer the unit's (no device work reads a
   // kept buffer: a gather takes it out first).
-  if (forward_.pool) forward_.release(forward_.take(int(&s - units_.data())), nullptr);
+  forward_.release(forward_.take(int(&s - units_.data())), nullptr);
   if (param_is_master()) return;
   if (place_.compute == DType::bf16) {
     std::vector<uint16_t> b(count);

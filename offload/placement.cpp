@@ -26,6 +26,10 @@ bool Placement::aliased_grads(int dp, bool device_is_host_memory) const {
   return dp == 1 && grad_accum == 1 && (grads_tier() == Tier::device || device_is_host_memory);
 }
 
+bool Placement::param_shard_staged(int dp, bool device_is_host_memory) const {
+  return dp > 1 && params != Tier::device && (!device_is_host_memory || param_rounds_master());
+}
+
 bool Placement::nvme_params() const { return params == Tier::nvme; }
 
 bool Placement::chunk_io() const {

@@ -80,6 +80,12 @@ struct Placement {
   // buffer and add that to the shard, as every other placement does, or the rounding of the sums
   // would differ.)
   bool aliased_grads(int dp, bool device_is_host_memory) const;
+  // Each parameter slot has a shard buffer on the device (the slot's numel / dp compute-copy
+  // elements) that the all-gather reads: with several ranks and parameters off the device, where
+  // the device cannot address host memory (the shard is copied in first), and wherever the
+  // gathers round the master (it is rounded into it). Elsewhere the all-gather reads the shard
+  // where it is (engine/zero_schedule.cpp, prefetch).
+  bool param_shard_staged(int dp, bool device_is_host_memory) const;
   bool nvme_params() const;  // the compute copy is read from NVMe every pass
   bool chunk_io() const;     // the optimizer step moves chunks through NVMe
   // Gathered-parameter slots: prefetch + 1 (+ 1 for a tied embedding held through the step),
