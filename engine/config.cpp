@@ -286,7 +286,8 @@ const std::vector<Key>& keys() {
        "whose updates the next forward waits for; rounded down to whole chunks (less than one "
        "is refused), part of offload.pinned_mem_limit; unused, with a warning, without an "
        "overlapped NVMe optimizer (offload.overlap_optimizer). 0 = only the pipeline's next "
-       "chunk", between(0, kMaxBytes)},
+       "chunk (with offload.optimizer = \"auto\", the planner may set 0 and keep that memory's "
+       "states in host memory instead)", between(0, kMaxBytes)},
       {STRATA_CONFIG_KEY(offload, optimizer_host_bytes), Kind::size,
        "with offload.optimizer = nvme: host memory per rank for the optimizer states (master, m, "
        "v) of the first units in forward order, whole units while they fit; those never go to "

@@ -350,7 +350,8 @@ StepPrediction predict_step(const Config& c, int dp, const PlanMachine& machine,
 
 std::string PlacementCandidate::name() const {
   return str("params=", tier_name(params), " grads=", tier_name(grads), " optimizer=", tier_name(optimizer),
-             optimizer_host_bytes ? str(" optimizer_host_bytes=", optimizer_host_bytes) : "");  // exact
+             optimizer_host_bytes ? str(" optimizer_host_bytes=", optimizer_host_bytes) : "",
+             optimizer_read_ahead ? str(" optimizer_read_ahead=", *optimizer_read_ahead) : "");  // exact
 }
 
 Config with_placement(Config c, const PlacementCandidate& k) {
@@ -358,6 +359,7 @@ Config with_placement(Config c, const PlacementCandidate& k) {
   c.offload.grads = k.grads;
   c.offload.optimizer = k.optimizer;
   c.offload.optimizer_host_bytes = k.optimizer == Tier::nvme ? k.optimizer_host_bytes : 0;
+  if (k.optimizer_read_ahead) c.offload.optimizer_read_ahead = *k.optimizer_read_ahead;
   return c;
 }
 
@@ -401,6 +403,17 @@ AutoPlan plan_placements(const Config& c, int dp, const PlanMachine& machine,
     if (st == 0 || sp.step_ms > k.prediction.step_ms) k.prediction = sp;
     return mp;
   };
+  // Per rank, in every stage: the RAM a twin of `k` (keeping nothing yet) may keep states in.
+  auto spare_ram = [&](const PlacementCandidate& k) {
+    uint64_t spare = ~uint64_t(0);
+    for (int st = 0; st < c.parallel.pp; ++st) {
+      const MemoryPlan mp = plan_memory(with_placement(c, k), dp, machine, st);
+      const uint64_t room = uint64_t(kKeptShareOfRam * double(mp.host_limit));
+      const uint64_t free = room > mp.host_need ? room - mp.host_need : 0;
+      spare = std::min(spare, free / uint64_t(mp.ranks_here));
+    }
+    return spare;
+  };
   // Optimizer first (its 12 of 16 bytes move the most), then params, then grads.
   for (Tier opt : options(o.optimizer, tiers))
     for (Tier params : options(o.params, tiers))
@@ -414,23 +427,27 @@ AutoPlan plan_placements(const Config& c, int dp, const PlanMachine& machine,
         PlacementCandidate k;
         k.params = params, k.grads = grads, k.optimizer = opt;
         k.optimizer_host_bytes = opt == Tier::nvme ? o.optimizer_host_bytes : 0;
-        uint64_t spare = ~uint64_t(0);  // per rank, in every stage: RAM the twin may keep states in
         k.fits = true;
-        for (int st = 0; st < c.parallel.pp; ++st) {
-          const MemoryPlan mp = evaluate(k, st);
-          const uint64_t room = uint64_t(kKeptShareOfRam * double(mp.host_limit));
-          spare = std::min(spare, room > mp.host_need ? (room - mp.host_need) / uint64_t(mp.ranks_here) : 0);
-        }
+        for (int st = 0; st < c.parallel.pp; ++st) evaluate(k, st);
         plan.candidates.push_back(k);
-        if (!twins || opt != Tier::nvme || !k.fits || spare == 0) continue;
-        PlacementCandidate kept;
-        kept.params = params, kept.grads = grads, kept.optimizer = opt;
-        kept.optimizer_host_bytes = spare;
-        if (optimizer_host_units(*first_stage, zero_options(with_placement(c, kept)).placement) == 0)
-          continue;  // no whole unit
-        kept.fits = true;
-        for (int st = 0; st < c.parallel.pp; ++st) evaluate(kept, st);
-        plan.candidates.push_back(std::move(kept));
+        if (!twins || opt != Tier::nvme || !k.fits) continue;
+        // The twins keep states in the RAM left free: with the read-ahead as configured, and
+        // (with a read-ahead budget) with its memory kept as well. A kept byte saves twice the
+        // traffic a byte read ahead does, but the read-ahead starts the first NVMe units' reads
+        // during the backward: the prediction decides.
+        for (const bool ra_kept : {false, true}) {
+          if (ra_kept && (o.optimizer_read_ahead == 0 || !o.overlap_optimizer)) continue;
+          PlacementCandidate kept;
+          kept.params = params, kept.grads = grads, kept.optimizer = opt;
+          if (ra_kept) kept.optimizer_read_ahead = 0;
+          kept.optimizer_host_bytes = spare_ram(kept);
+          const Placement pk = zero_options(with_placement(c, kept)).placement;
+          if (kept.optimizer_host_bytes == 0 || optimizer_host_units(*first_stage, pk) == 0)
+            continue;  // no whole unit
+          kept.fits = true;
+          for (int st = 0; st < c.parallel.pp; ++st) evaluate(kept, st);
+          plan.candidates.push_back(std::move(kept));
+        }
       }
   // A later candidate (more bytes moved) wins only when it is predicted faster by more than
   // kTieMargin: closer than that is a tie within the model's rounding, not a real difference.

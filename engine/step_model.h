@@ -63,6 +63,7 @@
 // (each rank gets min(1 / ranks, threads / measured threads) of them).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -144,12 +145,16 @@ struct PlacementCandidate {
   // With the optimizer on NVMe: offload.optimizer_host_bytes, the user's, or (optimizer "auto")
   // the planner's choice for a second NVMe candidate beside the one that keeps nothing.
   uint64_t optimizer_host_bytes = 0;
+  // Set where the planner replaces offload.optimizer_read_ahead: a kept twin that keeps the
+  // read-ahead's memory too (0); unset, the configured budget stands.
+  std::optional<uint64_t> optimizer_read_ahead;
   bool fits = false;
   std::string why_not;        // the first limit it exceeds, when it does not fit
   uint64_t device_bytes = 0, pinned_bytes = 0, host_bytes = 0, nvme_bytes = 0;  // per rank, largest stage
   StepPrediction prediction;  // the slowest stage's
-  // "params=host grads=host optimizer=nvme[ optimizer_host_bytes=4294967296]": each part a key
-  // of [offload] and its value, exact (the bytes too), so that --set reproduces the choice.
+  // "params=host grads=host optimizer=nvme[ optimizer_host_bytes=4294967296][
+  // optimizer_read_ahead=0]": each part a key of [offload] and its value, exact (the bytes too),
+  // so that --set reproduces the choice.
   std::string name() const;
 };
 
@@ -167,8 +172,11 @@ struct AutoPlan {
 // candidate has a twin that keeps the first units' states in host memory: as many bytes as fit
 // in kKeptShareOfRam of this machine's RAM beside everything else the plan puts there (the rest
 // is left to the system, the page cache and the planner's misestimates); no twin when no whole
-// unit fits. Ties — predictions within 1 % — go to the earlier candidate (fewer bytes moved).
-// Does not throw when nothing fits.
+// unit fits. With a read-ahead budget (offload.optimizer_read_ahead, the optimizer overlapped)
+// a second twin sets it to 0 and keeps that memory's states as well: a kept byte is neither
+// read nor written, a byte read ahead only moves a read from after the norm into the backward.
+// Ties — predictions within 1 % — go to the earlier candidate (fewer bytes moved, or the
+// configured read-ahead). Does not throw when nothing fits.
 inline constexpr double kKeptShareOfRam = 0.8;
 AutoPlan plan_placements(const Config& config, int dp, const PlanMachine& machine,
                          const MachineRates& rates);

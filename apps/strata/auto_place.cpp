@@ -45,17 +45,18 @@ std::string rates_text(const MachineRates& r) {
 std::string auto_plan_table(const AutoPlan& plan) {
   std::string out;
   char line[512];
-  std::snprintf(line, sizeof line, "  %-1s %-7s %-6s %-9s %-4s %9s %9s %9s %9s %10s %9s %9s %9s %9s  %s\n", "",
+  std::snprintf(line, sizeof line, "  %-1s %-7s %-6s %-13s %-4s %9s %9s %9s %9s %10s %9s %9s %9s %9s  %s\n", "",
                 "params", "grads", "optimizer", "fits", "device", "pinned", "host", "nvme", "step ms",
                 "compute", "nvme", "copy", "optim", "bottleneck");
   out += line;
   for (int i = 0; i < int(plan.candidates.size()); ++i) {
     const PlacementCandidate& k = plan.candidates[size_t(i)];
     const StepPrediction& p = k.prediction;
-    std::snprintf(line, sizeof line, "  %-1s %-7s %-6s %-9s %-4s %9s %9s %9s %9s %10.1f %9.1f %9.1f %9.1f %9.1f  %s\n",
+    std::snprintf(line, sizeof line, "  %-1s %-7s %-6s %-13s %-4s %9s %9s %9s %9s %10.1f %9.1f %9.1f %9.1f %9.1f  %s\n",
                   i == plan.chosen ? "*" : "", std::string(tier_name(k.params)).c_str(),
                   std::string(tier_name(k.grads)).c_str(),
-                  (std::string(tier_name(k.optimizer)) + (k.optimizer_host_bytes ? "+kept" : "")).c_str(),
+                  (std::string(tier_name(k.optimizer)) + (k.optimizer_host_bytes ? "+kept" : "") +
+                   (k.optimizer_read_ahead ? " ra0" : "")).c_str(),
                   k.fits ? "yes" : "no", format_bytes(k.device_bytes).c_str(),
                   format_bytes(k.pinned_bytes).c_str(), format_bytes(k.host_bytes).c_str(),
                   format_bytes(k.nvme_bytes).c_str(), p.step_ms, p.compute_ms, p.nvme_ms, p.copy_ms,
@@ -66,7 +67,8 @@ std::string auto_plan_table(const AutoPlan& plan) {
   for (const auto& k : plan.candidates)
     if (k.optimizer_host_bytes) {
       if (!kept)
-        out += "  nvme+kept: the first units' master, m and v in host memory, whole units while they fit:\n";
+        out += "  nvme+kept: the first units' master, m and v in host memory, whole units while "
+               "they fit (ra0: the read-ahead's memory kept too):\n";
       kept = true;
       out += str("    ", k.name(), " (", format_bytes(k.optimizer_host_bytes), ")\n");
     }
@@ -84,6 +86,8 @@ nlohmann::json auto_plan_json(const AutoPlan& plan, const MachineRates& rates) {
                     {"grads", tier_name(k.grads)},
                     {"optimizer", tier_name(k.optimizer)},
                     {"optimizer_host_bytes", k.optimizer_host_bytes},
+                    {"optimizer_read_ahead",  // set where the planner replaced the key's value
+                     k.optimizer_read_ahead ? nlohmann::json(*k.optimizer_read_ahead) : nlohmann::json()},
                     {"fits", k.fits},
                     {"why_not", k.why_not},
                     {"chosen", i == plan.chosen},
@@ -120,7 +124,9 @@ Config resolve_auto_placement(const Config& cfg, Communicator& world, const Auto
   check_same_config_on_every_rank(cfg, world);
   if (!cfg.offload.any_auto()) return cfg;
   const int dp = cfg.parallel.dp ? cfg.parallel.dp : world.size() / (cfg.parallel.tp * cfg.parallel.pp);
-  int32_t tiers[5] = {0, 0, 0, 0, 0};  // params, grads, optimizer, optimizer_host_bytes (hi, lo)
+  // params, grads, optimizer, optimizer_host_bytes (hi, lo), whether the planner set
+  // optimizer_read_ahead, and its value (hi, lo)
+  int32_t tiers[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   std::string error;
   if (world.rank() == 0) {
     try {
@@ -143,6 +149,11 @@ Config resolve_auto_placement(const Config& cfg, Communicator& world, const Auto
       tiers[0] = int32_t(k.params), tiers[1] = int32_t(k.grads), tiers[2] = int32_t(k.optimizer);
       tiers[3] = int32_t(uint32_t(k.optimizer_host_bytes >> 32));
       tiers[4] = int32_t(uint32_t(k.optimizer_host_bytes));
+      if (k.optimizer_read_ahead) {
+        tiers[5] = 1;
+        tiers[6] = int32_t(uint32_t(*k.optimizer_read_ahead >> 32));
+        tiers[7] = int32_t(uint32_t(*k.optimizer_read_ahead));
+      }
     } catch (const std::exception& e) {
       end_job_if_peers(e);  // ends every rank when there are peers
       throw;
@@ -151,12 +162,13 @@ Config resolve_auto_placement(const Config& cfg, Communicator& world, const Auto
   if (world.size() > 1) {  // every rank takes rank 0's choice
     auto dev = make_device(DeviceKind::cpu);
     auto s = dev->make_stream("auto placement");
-    world.broadcast(*s, tiers, 5, CommType::i32, 0);
+    world.broadcast(*s, tiers, 8, CommType::i32, 0);
     s->synchronize();
   }
   PlacementCandidate k;
   k.params = Tier(tiers[0]), k.grads = Tier(tiers[1]), k.optimizer = Tier(tiers[2]);
   k.optimizer_host_bytes = uint64_t(uint32_t(tiers[3])) << 32 | uint32_t(tiers[4]);
+  if (tiers[5]) k.optimizer_read_ahead = uint64_t(uint32_t(tiers[6])) << 32 | uint32_t(tiers[7]);
   return with_placement(cfg, k);
 }
 

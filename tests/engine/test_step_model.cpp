@@ -223,6 +223,57 @@ TEST(StepModel, AutoOptimizerKeepsStatesInTheRamLeftFree) {
   EXPECT_EQ(twins(c, full), 0);
 }
 
+// With a read-ahead budget, a second twin keeps the read-ahead's memory's states as well: more
+// bytes kept, fewer written, offload.optimizer_read_ahead = 0 in its config and its name. None
+// without a budget, or with the optimizer not overlapped (nothing reads ahead then).
+TEST(StepModel, AutoOptimizerWeighsTheReadAheadAgainstKeepingItsMemory) {
+  Config c = small(scratch_dir());
+  c.offload.optimizer.automatic = true;
+  c.offload.grads.automatic = true;
+  c.offload.optimizer_read_ahead = 4ull << 20;
+  PlanMachine machine = gpu_machine();
+  PlacementCandidate plain;
+  plain.params = Tier::device, plain.grads = Tier::host, plain.optimizer = Tier::nvme;
+  const MemoryPlan base = plan_memory(with_placement(c, plain), 1, machine);
+  const LlamaModel model(c.model, 1);
+  uint64_t states = 0;
+  for (const auto& u : model.units()) states += u.layout.shard_numel() * 12;
+  machine.host_memory = uint64_t(double(base.host_need + states / 2) / kKeptShareOfRam) + 1;
+  auto twins_of = [&](const Config& cfg) {
+    std::vector<PlacementCandidate> out;
+    for (const auto& k : plan_placements(cfg, 1, machine, rates()).candidates)
+      if (k.params == Tier::device && k.optimizer == Tier::nvme && k.optimizer_host_bytes)
+        out.push_back(k);
+    return out;
+  };
+  const std::vector<PlacementCandidate> twins = twins_of(c);
+  ASSERT_EQ(twins.size(), 2u);
+  const PlacementCandidate& kept = twins[0];
+  const PlacementCandidate& kept_ra = twins[1];
+  EXPECT_FALSE(kept.optimizer_read_ahead.has_value());
+  ASSERT_TRUE(kept_ra.optimizer_read_ahead.has_value());
+  EXPECT_EQ(*kept_ra.optimizer_read_ahead, 0u);
+  EXPECT_TRUE(kept.fits) << kept.why_not;
+  EXPECT_TRUE(kept_ra.fits) << kept_ra.why_not;
+  EXPECT_GT(kept_ra.optimizer_host_bytes, kept.optimizer_host_bytes);
+  EXPECT_LT(kept_ra.prediction.bytes.nvme_write, kept.prediction.bytes.nvme_write);
+  EXPECT_EQ(with_placement(c, kept).offload.optimizer_read_ahead, 4ull << 20);
+  const Config resolved = with_placement(c, kept_ra);
+  EXPECT_EQ(resolved.offload.optimizer_read_ahead, 0u);
+  EXPECT_EQ(resolved.offload.optimizer_host_bytes, kept_ra.optimizer_host_bytes);
+  EXPECT_LE(plan_memory(resolved, 1, machine).host_need,
+            uint64_t(kKeptShareOfRam * double(machine.host_memory)));
+  EXPECT_NE(kept_ra.name().find(" optimizer_read_ahead=0"), std::string::npos) << kept_ra.name();
+  EXPECT_EQ(kept.name().find("optimizer_read_ahead"), std::string::npos) << kept.name();
+
+  Config none = c;
+  none.offload.optimizer_read_ahead = 0;
+  EXPECT_EQ(twins_of(none).size(), 1u);
+  Config serial = c;
+  serial.offload.overlap_optimizer = false;
+  EXPECT_EQ(twins_of(serial).size(), 1u);
+}
+
 TEST(StepModel, RefusesWhenNothingFitsNamingTheLimits) {
   Config c = small("");  // no NVMe: nvme is no candidate
   c.offload.params.automatic = c.offload.grads.automatic = c.offload.optimizer.automatic = true;
