@@ -59,10 +59,10 @@ void set_moments(AdamWTensors& t, void* m, void* v, size_t o, bool bf16_states) 
 
 // Waits out `ticket` (0: none) on a way out: a failure of its own is dropped, so the error that
 // unwinds the caller (or the first one reported) is the one that counts. The ticket is 0 after.
-void wait_unwinding(Swapper& swapper, uint64_t& ticket) noexcept {
-  if (!ticket) return;
+void wait_unwinding(Swapper* swapper, uint64_t& ticket) noexcept {
+  if (!ticket) return;  // (no swapper without NVMe, and no ticket either)
   try {
-    swapper.wait(std::exchange(ticket, 0));
+    swapper->wait(std::exchange(ticket, 0));
   } catch (const std::exception&) {
   }
 }
@@ -445,7 +445,7 @@ void ZeroEngine::Impl::drain_ahead(StepJob& j) noexcept {
   auto drain = [&](std::vector<AheadChunk>& chunks) {
     for (AheadChunk& a : chunks) {
       // The worker's first error is the one reported.
-      for (uint64_t* t : {&a.read, &a.write}) wait_unwinding(*swapper_, *t);
+      for (uint64_t* t : {&a.read, &a.write}) wait_unwinding(swapper_.get(), *t);
       try {
         release_ahead(j, a);
       } catch (const std::exception& e) {
@@ -627,7 +627,7 @@ void ZeroEngine::Impl::step_unit_chunked(int u, const StepParams& p, StepJob* ga
       t.clear();
     }
     ~Tickets() {
-      for (uint64_t& x : t) wait_unwinding(*e.swapper_, x);
+      for (uint64_t& x : t) wait_unwinding(e.swapper_.get(), x);
     }
   } ahead_master_writes{*this, {}};
   // However this returns, no NVMe read or write may still target a chunk buffer once the buffer
@@ -638,7 +638,7 @@ void ZeroEngine::Impl::step_unit_chunked(int u, const StepParams& p, StepJob* ga
     ~Drain() {
       for (int i = 0; i < 3; ++i) {
         for (uint64_t* t : {&sets[i].read, &sets[i].param_write, &sets[i].write})
-          wait_unwinding(*e.swapper_, *t);
+          wait_unwinding(e.swapper_.get(), *t);
         if (e.chunk_pool_)
           for (auto& b : sets[i].buf)
             if (b) e.chunk_pool_->release(std::exchange(b, {}));
