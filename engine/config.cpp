@@ -119,11 +119,9 @@ Field field_of(Config& c) {
 #define STRATA_CONFIG_KEY(sec, key) \
   #sec, #key, &field_of<&Config::sec, &decltype(Config::sec)::key>
 
-// Tier i of these is Tier(i); "auto" (last) sets TierSetting::automatic. A key's own choices
-// may leave some out (kGradTiers: gradients never live on NVMe); values are read and written by
-// name through kTiers.
+// Tier i of these is Tier(i); "auto" (last) sets TierSetting::automatic. Values are read and
+// written by name through kTiers.
 const std::vector<std::string_view> kTiers = {"device", "host", "nvme", "auto"};
-const std::vector<std::string_view> kGradTiers = {"device", "host", "auto"};
 constexpr size_t kAutoChoice = 3;
 size_t choice_index(const TierSetting& t) { return t.automatic ? kAutoChoice : size_t(t.tier); }
 
@@ -261,7 +259,10 @@ const std::vector<Key>& keys() {
        "auto = the fastest placement that fits (docs/tuning.md)", any(), kTiers},
       {STRATA_CONFIG_KEY(offload, grads), Kind::choice,
        "tier of the f32 gradient shards: device or host (host whenever offload.optimizer is off "
-       "the device); auto = chosen with the others", any(), kGradTiers},
+       "the device); nvme with offload.optimizer = nvme and train.grad_accum = 1: each unit's "
+       "gradient is written during the backward and read back by its update, and RAM holds "
+       "none but the kept units' (offload.optimizer_host_bytes); auto = chosen with the "
+       "others", any(), kTiers},
       {STRATA_CONFIG_KEY(offload, optimizer), Kind::choice,
        "tier of the f32 master weights and AdamW m, v; off the device the CPU AdamW steps them; "
        "auto = chosen with the others", any(), kTiers},
@@ -1081,10 +1082,23 @@ void validate(const Config& c) {
 
   const OffloadConfig& o = c.offload;
   // "auto" is checked when it is resolved (engine/step_model.h): nvme is a candidate only with
-  // offload.nvme_path, and gradients are never placed on NVMe.
-  if (!o.grads.automatic && o.grads == Tier::nvme)
-    fail(kWhere, "offload.grads = \"nvme\" is not allowed: gradients never live on NVMe",
-         "allowed offload.grads: \"device\", \"host\", \"auto\"");
+  // offload.nvme_path.
+  if (!o.grads.automatic && o.grads == Tier::nvme) {
+    // A gradient on NVMe is written once, whole, when the backward has finished it: summing
+    // several micro-batches into it would read it back and write it again for each.
+    if (!o.optimizer.automatic && o.optimizer != Tier::nvme)
+      fail(kWhere,
+           str("offload.grads = \"nvme\" needs offload.optimizer = \"nvme\", and it is \"",
+               tier_name(o.optimizer), "\""),
+           "set offload.optimizer = \"nvme\" (the update reads the gradient beside the states it "
+           "reads from NVMe), or offload.grads = \"host\"");
+    if (c.train.grad_accum != 1)
+      fail(kWhere,
+           str("offload.grads = \"nvme\" needs train.grad_accum = 1, and it is ",
+               c.train.grad_accum),
+           "set offload.grads = \"host\" to sum several micro-batches a step, or raise "
+           "data.micro_batch instead of train.grad_accum");
+  }
   const bool params_nvme = !o.params.automatic && o.params == Tier::nvme;
   const bool optimizer_nvme = !o.optimizer.automatic && o.optimizer == Tier::nvme;
   if ((params_nvme || optimizer_nvme) && o.nvme_path.empty())
@@ -1254,8 +1268,9 @@ std::string config_reference_markdown() {
          "16777216` (2^24 tokens per micro-batch).\n";
   out += "- Raw text files and the built-in tasks are bytes: they need `model.vocab_size >= 256`; "
          "every token of a token file must be below `model.vocab_size`.\n";
-  out += "- `offload.grads` can never be `\"nvme\"`; when `offload.optimizer` is off the "
-         "device, gradients live in host memory whatever `offload.grads` says.\n";
+  out += "- `offload.grads = \"nvme\"` needs `offload.optimizer = \"nvme\"` and "
+         "`train.grad_accum = 1`; otherwise, when `offload.optimizer` is off the device, "
+         "gradients live in host memory whatever `offload.grads` says.\n";
   out += "- `offload.params = \"nvme\"` or `offload.optimizer = \"nvme\"` needs "
          "`offload.nvme_path`, whose folders are named once each and never empty (`strata "
          "plan` checks the swap files against each file system's free space once, however "

@@ -108,7 +108,12 @@ MemoryPlan plan_memory(const Config& c, int dp, const PlanMachine& machine, int 
   row(pl.optimizer, "master weights (f32 shard)", mul(shard - kept, 4), pinned_master);
   row(pl.optimizer, str("AdamW m and v (", dtype_name(pl.state), " shards)"),
       mul(shard - kept, 2 * pl.state_elem_bytes()));
-  row(grads, "gradients (f32 shard)", mul(shard, 4), true);
+  if (grads == Tier::nvme) {  // but the first units', whose states stay in host memory
+    row(Tier::host, "gradients, first units kept (f32)", mul(kept, 4), true);
+    row(Tier::nvme, "gradients (f32 shard)", mul(shard - kept, 4));
+  } else {
+    row(grads, "gradients (f32 shard)", mul(shard, 4), true);
+  }
   if (!pl.param_is_master())
     row(pl.params, bf16 ? "compute copy (bf16 shard)" : "compute copy (f32 shard)", mul(shard, esz), true);
   // The gathered working set: slots sized per unit kind (engine/zero.h).
@@ -172,6 +177,9 @@ MemoryPlan plan_memory(const Config& c, int dp, const PlanMachine& machine, int 
         str("NVMe optimizer state read-ahead (",
             staging.ahead_buffers / pl.read_ahead_buffers_per_chunk(), " chunks)"),
         staging.ahead_need(), true);
+  if (staging.grad_shards)
+    row(Tier::host, str("NVMe gradient staging (", staging.grad_shards, " shards)"),
+        staging.grad_need(), true);
   if (staging.param_shards)
     row(Tier::host, str("NVMe parameter read-ahead staging (", staging.param_shards, " shards)"),
         staging.param_need(), true);

@@ -160,6 +160,10 @@ StepPrediction predict_step(const Config& c, int dp, const PlanMachine& machine,
   const double kept = double(optimizer_host_elems(model, pl));  // 0 unless on NVMe
   if (pl.optimizer == Tier::nvme)
     opt_read = opt_write = O - kept * double(pl.optimizer_state_bytes());
+  // Gradients on NVMe (but the kept units'): written during the backward, as each unit's is
+  // final, and read back by the updates (never ahead: they are written last).
+  const double grad_io = pl.nvme_grads() ? (shard - kept) * 4 : 0.0;
+  opt_read += grad_io;
   if (!pl.param_is_master()) {  // the optimizer writes the refreshed compute copy to its tier
                                 // (none where the gathers round the master)
     if (pl.params == Tier::nvme) opt_write += P;
@@ -170,7 +174,7 @@ StepPrediction predict_step(const Config& c, int dp, const PlanMachine& machine,
   b.d2h = bwd_d2h + opt_d2h;
   b.nvme_param_read = fwd_read + bwd_read;
   b.nvme_read = b.nvme_param_read + opt_read;
-  b.nvme_write = opt_write;
+  b.nvme_write = opt_write + grad_io;
   // AdamW reads master, gradient, m, v and writes master, m, v (28 bytes per parameter with f32
   // m and v, 20 with bf16), plus the compute copy when it is not the master.
   b.adam = shard * (4.0 + 2.0 * pl.optimizer_state_bytes()) +
@@ -211,10 +215,12 @@ StepPrediction predict_step(const Config& c, int dp, const PlanMachine& machine,
   // offload.optimizer_read_ahead: that many bytes of the states are read during the last
   // backward, beside its parameter reads, instead of after the norm (clipped) or at the end of
   // the backward (unclipped: the first units, which it finishes last).
-  const double ahead_bytes = std::min(opt_read, double(read_ahead_bytes(model, pl)));
-  // On the CPU device a pass's reads (and the read-ahead) run beside its compute: their steal
-  // lengthens it.
-  const double fwd_steal = steal_ms(fwd_read), bwd_steal = steal_ms(bwd_read + ahead_bytes);
+  const double ahead_bytes = std::min(opt_read - grad_io, double(read_ahead_bytes(model, pl)));
+  const double grad_write_ms = transfer_ms(grad_io, write_busy_gbps, "NVMe write");
+  // On the CPU device a pass's reads (and the read-ahead, and the gradients' writes) run beside
+  // its compute: their steal lengthens it.
+  const double fwd_steal = steal_ms(fwd_read);
+  const double bwd_steal = steal_ms(bwd_read + ahead_bytes + grad_io);
   const double fwd_busy = cpu ? fwd_compute + fwd_comm_ms + fwd_copy_ms + fwd_steal
                               : std::max(fwd_compute, fwd_comm_ms);
   const double bwd_busy = cpu ? bwd_compute + bwd_comm_ms + bwd_copy_ms + bwd_steal
@@ -223,7 +229,8 @@ StepPrediction predict_step(const Config& c, int dp, const PlanMachine& machine,
   const double ahead_ms = transfer_ms(ahead_bytes, read_busy_gbps, "NVMe read");
   const double ahead_idle_ms = transfer_ms(ahead_bytes, read_gbps, "NVMe read");
   p.forward_ms = std::max({fwd_busy, fwd_read_ms, cpu ? 0.0 : fwd_copy_ms});
-  p.backward_ms = std::max({bwd_busy, bwd_read_ms + ahead_ms, cpu ? 0.0 : bwd_copy_ms});
+  p.backward_ms =
+      std::max({bwd_busy, bwd_read_ms + ahead_ms + grad_write_ms, cpu ? 0.0 : bwd_copy_ms});
 
   // The optimizer step.
   const double opt_copy_ms = transfer_ms(opt_h2d, h2d_gbps, "host-to-device copy") +
@@ -250,7 +257,7 @@ StepPrediction predict_step(const Config& c, int dp, const PlanMachine& machine,
   p.norm_ms = norm_rate > 0 ? transfer_ms(S, norm_rate, "gradient norm") : 0;
   p.optimizer_ms = p.norm_ms + std::max(adam_ms, opt_io_ms) + opt_copy_ms;
   if (offload_opt) opt_kind = adam_ms >= opt_io_ms ? "optimizer (cpu adamw)" : "optimizer (nvme)";
-  p.nvme_ms = fwd_read_ms + bwd_read_ms + opt_io_ms;
+  p.nvme_ms = fwd_read_ms + bwd_read_ms + grad_write_ms + opt_io_ms;
   p.copy_ms = fwd_copy_ms + bwd_copy_ms + opt_copy_ms;
 
   const double passes = p.forward_ms + p.backward_ms;
@@ -266,9 +273,10 @@ StepPrediction predict_step(const Config& c, int dp, const PlanMachine& machine,
     // for their disk time; the AdamW is counted whole already). When the optimizer or the disk
     // is the bottleneck the worker never idles, and that wait is inside their time.
     // The disk's time at its idle rates, and at its rates beside compute (equal on a GPU).
-    const double disk = transfer_ms(fwd_read + bwd_read, read_gbps, "NVMe read") + opt_io_ms +
-                        opt_copy_ms;
-    const double disk_busy = fwd_read_ms + bwd_read_ms + opt_io_busy_ms + opt_copy_ms;
+    const double disk = transfer_ms(fwd_read + bwd_read, read_gbps, "NVMe read") +
+                        transfer_ms(grad_io, write_gbps, "NVMe write") + opt_io_ms + opt_copy_ms;
+    const double disk_busy =
+        fwd_read_ms + bwd_read_ms + grad_write_ms + opt_io_busy_ms + opt_copy_ms;
     double first = 0;  // their share of the states on NVMe (none when kept in host memory)
     const double nvme_states = std::max(shard - kept, 1.0);
     for (int u = optimizer_host_units(model, pl); u < std::min(2, model.num_units()); ++u)
@@ -414,16 +422,26 @@ AutoPlan plan_placements(const Config& c, int dp, const PlanMachine& machine,
     }
     return spare;
   };
+  auto grad_tiers = [&](Tier opt) -> std::vector<Tier> {
+    if (opt == Tier::device) {
+      std::vector<Tier> g = options(o.grads, {Tier::device, Tier::host});
+      return g.size() == 1 && g[0] == Tier::nvme ? std::vector<Tier>{} : g;
+    }
+    const bool nvme_ok = opt == Tier::nvme && c.train.grad_accum == 1;
+    if (vary_all || o.grads.automatic)
+      return nvme_ok ? std::vector<Tier>{Tier::host, Tier::nvme} : std::vector<Tier>{Tier::host};
+    if (o.grads.tier == Tier::nvme) return nvme_ok ? std::vector<Tier>{Tier::nvme} : std::vector<Tier>{};
+    return {Tier::host};
+  };
   // Optimizer first (its 12 of 16 bytes move the most), then params, then grads.
   for (Tier opt : options(o.optimizer, tiers))
     for (Tier params : options(o.params, tiers))
       // With the optimizer off the device the gradients are in host memory whatever offload.grads
-      // says (Placement::grads_tier), so a fixed grads = device does not rule those out.
-      for (Tier grads : opt != Tier::device ? std::vector<Tier>{Tier::host}
-                                            : options(o.grads, {Tier::device, Tier::host})) {
+      // says (Placement::grads_tier), so a fixed grads = device does not rule those out; on NVMe
+      // beside an NVMe optimizer, with one micro-batch a step.
+      for (Tier grads : grad_tiers(opt)) {
         if (opt == Tier::device && params != Tier::device && !machine.device_is_host_memory)
           continue;  // the device AdamW cannot write a compute copy off the device (zero.cpp)
-        if (grads == Tier::nvme) continue;
         PlacementCandidate k;
         k.params = params, k.grads = grads, k.optimizer = opt;
         k.optimizer_host_bytes = opt == Tier::nvme ? o.optimizer_host_bytes : 0;
@@ -440,7 +458,13 @@ AutoPlan plan_placements(const Config& c, int dp, const PlanMachine& machine,
           PlacementCandidate kept;
           kept.params = params, kept.grads = grads, kept.optimizer = opt;
           if (ra_kept) kept.optimizer_read_ahead = 0;
-          kept.optimizer_host_bytes = spare_ram(kept);
+          // Gradients on NVMe: a kept unit's gradient stays in host memory beside its states.
+          const Placement placed = zero_options(with_placement(c, kept)).placement;
+          const double share = grads == Tier::nvme
+                                   ? double(placed.optimizer_state_bytes()) /
+                                         double(placed.optimizer_state_bytes() + 4)
+                                   : 1.0;
+          kept.optimizer_host_bytes = uint64_t(share * double(spare_ram(kept)));
           const Placement pk = zero_options(with_placement(c, kept)).placement;
           if (kept.optimizer_host_bytes == 0 || optimizer_host_units(*first_stage, pk) == 0)
             continue;  // no whole unit

@@ -113,6 +113,12 @@ PinnedStaging pinned_staging(const LlamaModel& model, const Placement& p, uint64
   s.ahead_buffers = read_ahead_buffers(model, p);
   // (Every unit's states kept in host memory leaves nothing to read ahead: no error then.)
   s.read_ahead_below_chunk = p.optimizer_read_ahead && states_io && !s.ahead_buffers;
+  if (p.nvme_grads()) {
+    for (int u = optimizer_host_units(model, p); u < model.num_units(); ++u)
+      s.grad_shard_bytes = std::max<uint64_t>(s.grad_shard_bytes,
+                                              uint64_t(model.unit(u).layout.shard_numel()) * 4);
+    s.grad_shards = s.grad_shard_bytes ? p.grad_slots() : 0;
+  }
   if (p.nvme_params()) {
     s.param_shard_bytes = uint64_t(shard) * p.param_read_bytes();
     s.forward_shard_bytes = uint64_t(shard) * p.param_elem_bytes();
@@ -124,13 +130,14 @@ PinnedStaging pinned_staging(const LlamaModel& model, const Placement& p, uint64
     };
     const uint64_t want = uint64_t(nvme_prefetch) + 1;
     s.param_shards = int(std::clamp<uint64_t>(
-        shards_left(s.chunk_need() + s.ahead_need(), want, s.param_shard_bytes), 1, want));
+        shards_left(s.chunk_need() + s.ahead_need() + s.grad_need(), want, s.param_shard_bytes),
+        1, want));
     // An update's compute copy, written to NVMe from a chunk buffer (or made for this alone
     // where the gathers round the master), is kept for the next forward only where the budget
     // leaves room: it saves that read, nothing needs it.
     if (!p.param_is_master() || p.param_rounds_master()) {
       const uint64_t want_fwd = PinnedStaging::kForwardShards;
-      const uint64_t taken = s.chunk_need() + s.ahead_need() + s.param_need();
+      const uint64_t taken = s.chunk_need() + s.ahead_need() + s.grad_need() + s.param_need();
       s.forward_shards =
           int(std::min(shards_left(taken, want_fwd, s.forward_shard_bytes), want_fwd));
     }
@@ -182,7 +189,11 @@ ZeroEngine::Impl::Impl(const LlamaModel& model, Device& device, Communicator& dp
   if (opt_.test_hooks) adam_isa_ = opt_.test_hooks->adam_isa;
   STRATA_CHECK(model.unit(0).layout.dp() == dp.size(), "zero::init", "layouts finalized for dp=",
                model.unit(0).layout.dp(), " but the data-parallel group has ", dp.size(), " ranks");
-  STRATA_CHECK(place_.grads != Tier::nvme, "zero::init", "gradients cannot live on NVMe");
+  if (place_.nvme_grads() && place_.grad_accum != 1)
+    fail("zero::init",
+         str("gradients on NVMe with ", place_.grad_accum, " micro-batches a step (each would "
+             "read the gradient back and write it again)"),
+         "set offload.grads = host, or train.grad_accum = 1");
   const bool host_ok = device.host_addressable();
   if (!host_ok && place_.optimizer == Tier::device && place_.params != Tier::device)
     fail("zero::init",
@@ -215,6 +226,7 @@ ZeroEngine::Impl::Impl(const LlamaModel& model, Device& device, Communicator& dp
     for (int ui = 0; ui < model.num_units(); ++ui) {
       const uint64_t n = model.unit(ui).layout.shard_numel();
       if (nvme_opt && ui >= opt_host_units) need += n * place_.optimizer_state_bytes();
+      if (place_.nvme_grads() && ui >= opt_host_units) need += n * 4;
       if (nvme_params && !param_is_master()) need += n * esz;
     }
     IoOptions io;
@@ -237,6 +249,7 @@ ZeroEngine::Impl::Impl(const LlamaModel& model, Device& device, Communicator& dp
   // ---- shards ----
   units_.resize(static_cast<size_t>(model.num_units()));
   grad_accumulated_.assign(static_cast<size_t>(model.num_units()), 0);
+  grad_written_.assign(static_cast<size_t>(model.num_units()), 0);
   auto place = [&](Shard& sh, Tier tier, size_t bytes, const std::string& key, const char* what,
                    bool pinned) {
     sh.tier = tier;
@@ -258,7 +271,9 @@ ZeroEngine::Impl::Impl(const LlamaModel& model, Device& device, Communicator& dp
     place(s.master, opt_tier, n * 4, k + "master", "master weights shard", param_is_master());
     place(s.m, opt_tier, n * ssz, k + "m", "AdamW m shard", false);
     place(s.v, opt_tier, n * ssz, k + "v", "AdamW v shard", false);
-    place(s.grad, grads_tier_, n * 4, "", "gradient shard", true);
+    // Gradients on NVMe: but the first units', whose states stay in host memory.
+    const Tier grad_tier = grads_tier_ == Tier::nvme && u < opt_host_units ? Tier::host : grads_tier_;
+    place(s.grad, grad_tier, n * 4, k + "grad", "gradient shard", true);
     if (!param_is_master())
       place(s.param, place_.params, n * esz, k + "param", bf16 ? "bf16 parameter shard" : "f32 parameter shard", true);
   }
@@ -327,6 +342,9 @@ ZeroEngine::Impl::Impl(const LlamaModel& model, Device& device, Communicator& dp
       parts = str(staging.chunk_buffers, " optimizer chunks of ", format_bytes(chunk_bytes));
     if (staging.ahead_buffers)
       parts += str(" + ", staging.ahead_buffers, " read ahead (offload.optimizer_read_ahead)");
+    if (staging.grad_shards)
+      parts += str(" + ", staging.grad_shards, " gradient shards of ",
+                   format_bytes(staging.grad_shard_bytes), " (offload.grads = nvme)");
     if (staging.param_shards)
       parts += str(" + one parameter shard of ", format_bytes(staging.param_shard_bytes));
     fail("zero::init",
@@ -352,12 +370,18 @@ ZeroEngine::Impl::Impl(const LlamaModel& model, Device& device, Communicator& dp
                                                  opt_.timeout_s);
     forward_.of_unit.resize(size_t(model.num_units()));
   }
+  if (staging.grad_shards) {
+    grad_pool_ = std::make_unique<PinnedPool>(device, 0, staging.grad_shard_bytes,
+                                              staging.grad_shards, "gradient", opt_.timeout_s);
+    for (int u = 0; u < model.num_units(); ++u) grad_events_.push_back(device.make_event());
+  }
   // The pools feed the NVMe queue: register them with it once (io_uring fixed buffers). The
   // swapper unregisters them when it stops, before the pools are freed (members' order).
   if (swapper_) {
     std::vector<std::span<std::byte>> staging;
     for (const PinnedPool* pool :
-         {chunk_pool_.get(), ahead_pool_.get(), param_pool_.get(), forward_.pool.get()})
+         {chunk_pool_.get(), ahead_pool_.get(), param_pool_.get(), forward_.pool.get(),
+          grad_pool_.get()})
       if (pool) staging.push_back(pool->memory());
     if (!staging.empty()) swapper_->register_buffers(staging);
   }
@@ -367,6 +391,7 @@ ZeroEngine::Impl::Impl(const LlamaModel& model, Device& device, Communicator& dp
   for (int u = 0; u < model.num_units(); ++u) {
     Unit& s = units_[size_t(u)];
     for (Shard* sh : {&s.m, &s.v, &s.grad}) {
+      if (sh == &s.grad && sh->tier == Tier::nvme) continue;  // zero until written (grad_written_)
       if (sh->tier == Tier::device) compute.fill_zero(sh->mem.data(), sh->bytes);
       else if (sh->tier == Tier::host) std::memset(sh->mem.data(), 0, sh->bytes);
       else {
@@ -493,7 +518,8 @@ ZeroMemory ZeroEngine::Impl::memory() const {
   for (const auto& sl : param_slots_) m.gathered_bytes += sl.full.bytes() + sl.full16.bytes() + sl.shard.bytes();
   for (const auto& sl : grad_slots_) m.gathered_bytes += sl.full.bytes();
   for (const auto* pool :
-       {param_pool_.get(), chunk_pool_.get(), ahead_pool_.get(), forward_.pool.get()})
+       {param_pool_.get(), chunk_pool_.get(), ahead_pool_.get(), forward_.pool.get(),
+        grad_pool_.get()})
     if (pool) {
       m.pinned_bytes += pool->bytes();
       m.staging_bytes += uint64_t(pool->count()) * pool->buffer_bytes();

@@ -123,14 +123,25 @@ struct PinnedStaging {
   // shards, or as many as the budget leaves after the read-ahead, possibly none.
   static constexpr int kForwardShards = 2;
   int forward_shards = 0;
+  // Gradients on NVMe (Placement::nvme_grads): each unit's gradient is staged whole from its
+  // backward to its write, in one of Placement::grad_slots() shards of the largest such unit's
+  // f32 shard (0 without NVMe gradients).
+  uint64_t grad_shard_bytes = 0;
+  int grad_shards = 0;
 
   uint64_t chunk_need() const { return uint64_t(chunk_buffers) * chunk_bytes; }
   uint64_t ahead_need() const { return uint64_t(ahead_buffers) * chunk_bytes; }
   uint64_t param_need() const { return uint64_t(param_shards) * param_shard_bytes; }
   uint64_t forward_need() const { return uint64_t(forward_shards) * forward_shard_bytes; }
-  uint64_t total() const { return chunk_need() + ahead_need() + param_need() + forward_need(); }
-  // What a rank cannot run without: both optimizer pools whole and one parameter shard.
-  uint64_t minimum() const { return chunk_need() + ahead_need() + param_shard_bytes; }
+  uint64_t grad_need() const { return uint64_t(grad_shards) * grad_shard_bytes; }
+  uint64_t total() const {
+    return chunk_need() + ahead_need() + param_need() + forward_need() + grad_need();
+  }
+  // What a rank cannot run without: both optimizer pools whole, the gradients' staging and one
+  // parameter shard.
+  uint64_t minimum() const {
+    return chunk_need() + ahead_need() + grad_need() + param_shard_bytes;
+  }
 };
 PinnedStaging pinned_staging(const LlamaModel& model, const Placement& placement,
                              uint64_t pinned_mem_limit, int nvme_prefetch);

@@ -266,7 +266,14 @@ void ZeroEngine::Impl::release(int u) {
 
 float* ZeroEngine::Impl::acquire_grad(int u) {
   Unit& s = units_[size_t(checked_unit(u, "acquire_grad"))];
-  if (aliased_grads()) return s.grad.ptr<float>();  // one rank: accumulate into the shard itself
+  if (aliased_grads()) {  // one rank: accumulate into the shard itself
+    if (s.grad.tier != Tier::nvme) return s.grad.ptr<float>();
+    if (!s.grad_lease) {  // on NVMe: into a zeroed staging buffer, written out by reduce_grad
+      s.grad_lease = grad_pool_->acquire();
+      compute_.fill_zero(s.grad_lease.data, s.grad.bytes);
+    }
+    return static_cast<float*>(s.grad_lease.data);
+  }
   if (s.grad_slot >= 0) return grad_slots_[size_t(s.grad_slot)].full.as<float>();
   Slot& sl = take_slot(grad_slots_, grad_slot_limit_, u, "gradient");
   s.grad_slot = int(&sl - grad_slots_.data());
@@ -278,7 +285,15 @@ float* ZeroEngine::Impl::acquire_grad(int u) {
 void ZeroEngine::Impl::reduce_grad(int u) {
   Unit& s = units_[size_t(checked_unit(u, "reduce_grad"))];
   if (aliased_grads()) {  // the backward accumulated into the shard on the compute stream
-    mark_final(u, compute_);
+    if (s.grad.tier == Tier::nvme) {
+      if (!s.grad_lease) protocol_violation(u, "reduce_grad of a unit whose gradient was not acquired");
+      compute_.record(*grad_events_[size_t(u)]);
+      reduce_.wait(*grad_events_[size_t(u)]);
+      write_grad(u, std::exchange(s.grad_lease, {}));
+      mark_final(u, reduce_);  // written, its norm parts taken
+    } else {
+      mark_final(u, compute_);
+    }
     if (opt_.test_hooks && opt_.test_hooks->after_reduce_grad) opt_.test_hooks->after_reduce_grad(u);
     return;
   }
@@ -295,10 +310,16 @@ void ZeroEngine::Impl::reduce_grad(int u) {
     traffic_.comm_bytes += L.padded_numel() * 4;
     part = reduce_tmp_.as<float>();
   }
-  float* g = s.grad.ptr<float>();
+  const bool nvme = s.grad.tier == Tier::nvme;  // (one micro-batch a step: the first is the last)
+  PinnedPool::Lease lease = nvme ? grad_pool_->acquire() : PinnedPool::Lease{};
+  float* g = nvme ? static_cast<float*>(lease.data) : s.grad.ptr<float>();
+  if (nvme && device_.host_addressable()) reduce_.fill_zero(g, n * 4);  // as a host shard
   if (grads_tier_ == Tier::device || device_.host_addressable()) {
     device_.ops().add(reduce_, g, g, part, n);
-    if (grads_tier_ == Tier::host) traffic_.d2h_bytes += n * 4;
+    if (grads_tier_ != Tier::device) traffic_.d2h_bytes += n * 4;
+  } else if (nvme) {
+    reduce_.copy(g, part, n * 4);
+    traffic_.d2h_bytes += n * 4;
   } else {
     if (!grad_accumulated_[size_t(u)]) {
       reduce_.copy(g, part, n * 4);  // the step's first micro-batch: the shard holds zeros
@@ -313,8 +334,24 @@ void ZeroEngine::Impl::reduce_grad(int u) {
   reduce_.record(*sl.free);
   sl.owner = -1;
   s.grad_slot = -1;
+  if (nvme) write_grad(u, lease);
   mark_final(u, reduce_);  // an unclipped step's update of u may start (update_in_backward)
   if (opt_.test_hooks && opt_.test_hooks->after_reduce_grad) opt_.test_hooks->after_reduce_grad(u);
+}
+
+void ZeroEngine::Impl::write_grad(int u, PinnedPool::Lease lease) {
+  Unit& s = units_[size_t(u)];
+  const float* g = static_cast<const float*>(lease.data);
+  unit_norm_parts(u, reduce_, g);
+  // Blocks the reduce stream's thread, never the backward's: the next unit's gradient is
+  // accumulated meanwhile into another buffer. (The bulk lane: a pass's parameter reads and
+  // the optimizer's state reads go to the disk first.)
+  reduce_.host_task("write gradient", [this, key = s.grad.key, g, bytes = s.grad.bytes] {
+    swapper_->wait(swapper_->submit(
+        {swap_->request(IoOp::write, key, const_cast<float*>(g), bytes, 0)}, IoLane::bulk));
+  });
+  grad_pool_->release(lease, &reduce_);  // free once written
+  grad_written_[size_t(u)] = 1;
 }
 
 void ZeroEngine::Impl::check_quiescent(const char* op) const {

@@ -68,6 +68,10 @@ struct ZeroEngine::Impl {
     int slot = -1;       // parameter slot while gathered or held, else -1
     int grad_slot = -1;  // gradient slot from acquire_grad() to reduce_grad(), else -1
     PinnedPool::Lease fetch_lease;     // while fetching: the staging buffer the read fills
+    // Gradients on NVMe (grad.tier): from acquire_grad to reduce_grad, the buffer of grad_pool_
+    // the backward accumulates the unit's gradient into (one rank on a device that is host
+    // memory; elsewhere reduce_grad leases it for the reduction's result alone).
+    PinnedPool::Lease grad_lease;
     uint64_t fetch_ticket = 0;         // while fetching: its swapper ticket (never 0 then)
   };
 
@@ -83,12 +87,14 @@ struct ZeroEngine::Impl {
     int owner = -1;  // unit held, -1 when free
   };
 
-  // One chunk of the optimizer pipeline: staging for master, m, v and the compute copy (bf16 m and
-  // v share buf[1]; buf[2] is then unused).
+  // One chunk of the optimizer pipeline: staging for master, m, v, the compute copy and — on
+  // NVMe — the gradient (bf16 m and v share buf[1]; buf[2] is then unused).
   struct ChunkSet {
-    PinnedPool::Lease buf[4];
+    PinnedPool::Lease buf[5];
     uint64_t read = 0, write = 0;  // swapper tickets, 0 when none: master, m, v
     uint64_t param_write = 0;      // the compute copy's write (a job of its own, submitted first)
+    uint64_t grad_read = 0;        // the gradient's read (once it is written: a job of its own)
+    size_t grad_chunk = SIZE_MAX;  // the chunk whose gradient buf[4] holds or is reading
   };
 
   // One chunk of master, m and v read from NVMe ahead of its update (offload.optimizer_read_ahead),
@@ -231,6 +237,10 @@ struct ZeroEngine::Impl {
   void release(int u);
   float* acquire_grad(int u);
   void reduce_grad(int u);
+  // Gradients on NVMe: after the work enqueued so far on the reduce stream (the unit's whole
+  // gradient is in `lease`), takes unit u's norm parts from it and writes it to its extent on
+  // that stream; the buffer goes back to grad_pool_ once written.
+  void write_grad(int u, PinnedPool::Lease lease);
   // A free slot of unit u's kind; an Error when none is free or `limit` slots of the pool are
   // owned already (param_slots / grad_slots: the bound the schedule keeps, whatever the classes).
   Slot& take_slot(std::vector<Slot>& pool, int limit, int u, const char* what);
@@ -281,6 +291,9 @@ struct ZeroEngine::Impl {
   // `stream`, synchronized) or norm_host_ (grads the host reads directly on a device it cannot
   // address) — the same operations grad_norm() runs, so the norm is the same either way.
   void unit_norm_parts(int u, Stream& stream);
+  // The same from gradient `g` (unit u's whole shard; a staging buffer on its way to NVMe: a
+  // unit whose gradient is on NVMe had its parts taken so, and the call above does nothing).
+  void unit_norm_parts(int u, Stream& stream, const float* g);
   // In the worker: unit u's compute copy holds the new values — its gradient is zeroed and it is
   // marked updated (the passes may read it) while the states' last writes may still drain.
   void publish_update(StepJob& job, int u);
@@ -354,6 +367,14 @@ struct ZeroEngine::Impl {
   // Written and read by the engine's thread alone; cleared by optimizer_step and zero_grads.
   std::vector<uint8_t> grad_accumulated_;
   Buffer param_stage_;    // one compute-copy shard in pinned host memory (the same)
+  // Gradients on NVMe: per unit, this step's gradient has been written to its extent and no
+  // update has consumed it (else it is zero, and nothing reads the extent). The engine's thread
+  // sets it in reduce_grad and clears it as a step's updates begin (optimizer_step), after an
+  // unclipped step (finish_step) and in zero_grads.
+  // And per unit, the event the reduce stream waits on before it takes the unit's norm parts
+  // and writes it (the backward's accumulation into the staging buffer has run).
+  std::vector<uint8_t> grad_written_;
+  std::vector<std::unique_ptr<Event>> grad_events_;
   // The gradient norm's ranges of each unit's shard (primary views only; the whole shard when
   // every view is primary), and one double per range.
   std::vector<std::vector<std::pair<size_t, size_t>>> norm_ranges_;
@@ -369,6 +390,7 @@ struct ZeroEngine::Impl {
   std::unique_ptr<PinnedPool> chunk_pool_;  // optimizer pipeline chunks
   std::unique_ptr<PinnedPool> ahead_pool_;  // optimizer states read ahead (offload.optimizer_read_ahead)
   ForwardCopies forward_;                   // updated compute copies kept for the next forward
+  std::unique_ptr<PinnedPool> grad_pool_;   // gradients staged on their way to NVMe (Unit::grad_lease)
   // Declared after the pools it reads into and writes from, so it is stopped before they are
   // freed (the destructor also drains and stops it first).
   std::unique_ptr<Swapper> swapper_;

@@ -70,16 +70,25 @@ void wait_unwinding(Swapper* swapper, uint64_t& ticket) noexcept {
 }  // namespace
 
 void ZeroEngine::Impl::unit_norm_parts(int u, Stream& stream) {
+  const Shard& g = units_[size_t(u)].grad;
+  if (g.tier != Tier::nvme) unit_norm_parts(u, stream, g.ptr<float>());  // (NVMe: write_grad's)
+}
+
+void ZeroEngine::Impl::unit_norm_parts(int u, Stream& stream, const float* g) {
   const auto& ranges = norm_ranges_[size_t(u)];
-  const float* g = units_[size_t(u)].grad.ptr<float>();
   if (grads_tier_ == Tier::device || device_.host_addressable()) {
     double* parts = norm_parts_.as<double>() + norm_first_[size_t(u)];
     for (size_t k = 0; k < ranges.size(); ++k)
       device_.ops().sum_squares(stream, parts + k, g + ranges[k].first, ranges[k].second);
   } else {
     double* h = norm_host_.as<double>() + norm_first_[size_t(u)];
-    for (size_t k = 0; k < ranges.size(); ++k)
-      cpu::fast::sum_squares(h + k, g + ranges[k].first, ranges[k].second);
+    auto sum = [h, g, &ranges] {
+      for (size_t k = 0; k < ranges.size(); ++k)
+        cpu::fast::sum_squares(h + k, g + ranges[k].first, ranges[k].second);
+    };
+    // A staging buffer on its way to NVMe is filled by the reduce stream: sum after it.
+    if (units_[size_t(u)].grad.tier == Tier::nvme) stream.host_task("gradient norm parts", sum);
+    else sum();
   }
 }
 
@@ -195,7 +204,8 @@ void ZeroEngine::Impl::optimizer_step(const AdamWHyper& hyper, int64_t step, flo
   std::fill(grad_accumulated_.begin(), grad_accumulated_.end(), 0);
   compute_.synchronize();
   comm_.synchronize();
-  reduce_.synchronize();
+  reduce_.synchronize();  // (gradients on NVMe: written)
+  std::fill(grad_written_.begin(), grad_written_.end(), 0);  // the updates consume them
   StepParams p{hyper, step, grad_scale, decay_norms};
   if (eager_step_) {  // the backward applied it already (update_in_backward)
     await_eager_updates();
@@ -596,6 +606,20 @@ void ZeroEngine::Impl::step_unit_chunked(int u, const StepParams& p, StepJob* ga
   // pass waits for, so it goes first, in a job of its own, and the unit is published once it
   // is written; m and v may trail. The bf16 copy is made only into a kept buffer.
   const bool rounds = place_.param_rounds_master() && opt_nvme;
+  // A gradient on NVMe is read chunk by chunk beside the states, once it is written: a step's
+  // worker reads states ahead of go (and of an unclipped step's unit becoming final), the
+  // gradient only after (a serial step starts after the backward's writes; a clipped one's go
+  // follows them; an unclipped one's unit is final once its write has run).
+  const bool grad_nvme = s.grad.tier == Tier::nvme;
+  bool grad_written = !gate;
+  auto gradient_written = [&] {
+    if (!grad_written) {
+      std::lock_guard<std::mutex> lock(gate->mu);
+      grad_written = gate->go && (!gate->eager || (gate->final[size_t(u)] &&
+                                                   final_events_[size_t(u)]->query()));
+    }
+    return grad_written;
+  };
   // Its first chunks read ahead by the worker (read_ahead): updated and written back from there.
   std::vector<AheadChunk>* ahead = gate ? &gate->ahead[size_t(u)] : nullptr;
   const size_t n_ahead = ahead ? ahead->size() : 0;
@@ -637,7 +661,7 @@ void ZeroEngine::Impl::step_unit_chunked(int u, const StepParams& p, StepJob* ga
     ChunkSet* sets;
     ~Drain() {
       for (int i = 0; i < 3; ++i) {
-        for (uint64_t* t : {&sets[i].read, &sets[i].param_write, &sets[i].write})
+        for (uint64_t* t : {&sets[i].read, &sets[i].param_write, &sets[i].write, &sets[i].grad_read})
           wait_unwinding(e.swapper_.get(), *t);
         if (e.chunk_pool_)
           for (auto& b : sets[i].buf)
@@ -648,12 +672,22 @@ void ZeroEngine::Impl::step_unit_chunked(int u, const StepParams& p, StepJob* ga
   auto acquire_set = [&](ChunkSet& set) {
     for (uint64_t* t : {&set.param_write, &set.write})
       if (*t) swapper_->wait(std::exchange(*t, 0));
-    for (int i = 0; i < 4; ++i)
-      if (!set.buf[i] && !(bf16_states && i == 2)) set.buf[i] = chunk_pool_->acquire();
+    for (int i = 0; i < 5; ++i)
+      if (!set.buf[i] && !(bf16_states && i == 2) && (i < 4 || grad_nvme))
+        set.buf[i] = chunk_pool_->acquire();
+  };
+  auto issue_grad = [&](size_t k, ChunkSet& set) {
+    if (!grad_nvme || set.grad_chunk == k || !gradient_written()) return;
+    acquire_set(set);
+    const size_t lo = k * chunk, cnt = std::min(chunk, n - lo);
+    set.grad_chunk = k;
+    set.grad_read = swapper_->submit(
+        {swap_->request(IoOp::read, s.grad.key, set.buf[4].data, cnt * 4, lo * 4)});
   };
   // Where state i of a chunk is staged (NVMe): its own buffer, or v in the second half of m's.
   auto staged = [&](ChunkSet& set, int i) { return staged_state(set.buf, i, bf16_states, chunk * ssz); };
   auto issue_read = [&](size_t k, ChunkSet& set) {
+    issue_grad(k, set);
     if (!opt_nvme || k < n_ahead) return;
     acquire_set(set);
     const size_t lo = k * chunk, cnt = std::min(chunk, n - lo);
@@ -680,6 +714,12 @@ void ZeroEngine::Impl::step_unit_chunked(int u, const StepParams& p, StepJob* ga
       acquire_set(set);
     }
     if (gate) await_go(*gate, u);  // reads may run ahead; updates wait for the norm (or u final)
+    if (grad_nvme) {  // written now: this chunk's gradient, and the next one's behind it
+      grad_written = true;
+      issue_grad(k, set);
+      if (k + 1 < nchunks) issue_grad(k + 1, sets[(k + 1) % 3]);
+      swapper_->wait(std::exchange(set.grad_read, 0));
+    }
     if (k == 0 && (param_nvme || rounds) && forward_.pool && forwarded_next(u, gate))
       kept.lease = forward_.try_acquire();
     const size_t lo = k * chunk, cnt = std::min(chunk, n - lo);
@@ -698,7 +738,7 @@ void ZeroEngine::Impl::step_unit_chunked(int u, const StepParams& p, StepJob* ga
                                  : static_cast<void*>(s.param.ptr<char>() + lo * esz);
     else if (rounds && kept.lease)
       param_out = static_cast<char*>(kept.lease.data) + lo * esz;
-    const float* g = s.grad.ptr<float>() + lo;
+    const float* g = grad_nvme ? static_cast<const float*>(set.buf[4].data) : s.grad.ptr<float>() + lo;
     for_each_segment(L, base + lo, base + lo + cnt, [&](size_t a, size_t b, bool is_norm) {
       AdamWHyper h = p.hyper;
       if (is_norm && !p.decay_norms) h.weight_decay = 0.0f;
@@ -798,7 +838,9 @@ void ZeroEngine::Impl::publish_update(StepJob& j, int u) {
   j.published = u;
   if (j.eager) await_go(j, u);   // a unit without chunks never met its gate
   Shard& g = units_[size_t(u)].grad;
-  cpu::fast::fill_zero(g.mem.data(), g.bytes);  // host memory: the optimizer is off the device
+  // Host memory: the optimizer is off the device. (On NVMe the next backward's staging buffer
+  // is zeroed instead.)
+  if (g.tier != Tier::nvme) cpu::fast::fill_zero(g.mem.data(), g.bytes);
   {
     std::lock_guard<std::mutex> lock(j.mu);
     j.updated[size_t(u)] = 1;
@@ -811,9 +853,10 @@ void ZeroEngine::Impl::zero_grads() {
   for (int u = 0; u < model_.num_units(); ++u) {
     Shard& g = units_[size_t(u)].grad;
     if (g.tier == Tier::device) compute_.fill_zero(g.mem.data(), g.bytes);
-    else cpu::fast::fill_zero(g.mem.data(), g.bytes);
+    else if (g.tier == Tier::host) cpu::fast::fill_zero(g.mem.data(), g.bytes);
   }
   std::fill(grad_accumulated_.begin(), grad_accumulated_.end(), 0);
+  std::fill(grad_written_.begin(), grad_written_.end(), 0);
 }
 
 // ---- engine/zero.h: the public calls of this file, forwarded to Impl ----------------------------

@@ -88,7 +88,9 @@ std::vector<float> ZeroEngine::Impl::gather_to_host(int u, bool grads) {
   reduce_.synchronize();
   std::vector<float> mine(n);
   const Unit& s = units_[size_t(u)];
-  read_shard(grads ? s.grad : s.master, 4, 0, n, mine.data());
+  // (A gradient on NVMe not written this step, or consumed by an update, is zero.)
+  if (!grads || s.grad.tier != Tier::nvme || grad_written_[size_t(u)])
+    read_shard(grads ? s.grad : s.master, 4, 0, n, mine.data());
   Buffer shard = device_.alloc(n * 4, "export staging");
   Buffer full = device_.alloc(L.padded_numel() * 4, "export gather");
   comm_.copy(shard.data(), mine.data(), n * 4);

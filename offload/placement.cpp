@@ -8,7 +8,10 @@
 
 namespace strata {
 
-Tier Placement::grads_tier() const { return optimizer == Tier::device ? grads : Tier::host; }
+Tier Placement::grads_tier() const {
+  if (optimizer == Tier::device) return grads;
+  return grads == Tier::nvme && optimizer == Tier::nvme ? Tier::nvme : Tier::host;
+}
 
 bool Placement::param_is_master() const {
   return (compute == DType::f32 && params == optimizer) || param_rounds_master();

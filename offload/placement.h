@@ -52,8 +52,14 @@ struct Placement {
   // (optimizer_host_units in engine/zero.h counts them).
   uint64_t optimizer_host_bytes = 0;
 
-  // The grads tier in effect: optimizer states off the device pull gradients to host memory.
+  // The grads tier in effect: optimizer states off the device pull gradients to host memory,
+  // or to NVMe where both are on NVMe (grads = nvme; one micro-batch a step): each unit's
+  // gradient is staged whole in pinned memory through its backward, its norm's partial sums
+  // are taken, and it is written out while the backward goes on; the update reads it back
+  // chunk by chunk beside the states. The first units whose states stay in host memory
+  // (optimizer_host_bytes) keep their gradients there too.
   Tier grads_tier() const;
+  bool nvme_grads() const { return grads_tier() == Tier::nvme; }
   size_t param_elem_bytes() const { return dtype_bytes(compute); }
   size_t state_elem_bytes() const { return dtype_bytes(state); }  // one element of m (or v)
   // Bytes per parameter of master, m and v: 12 with f32 m and v, 8 with bf16. An optimizer step
@@ -113,8 +119,9 @@ struct Placement {
   uint64_t chunk_bytes(uint64_t max_shard_elems, uint64_t align_elems) const;
   // Staging buffers (of chunk_bytes each) per set of the optimizer pipeline: master, m and v,
   // and the refreshed compute copy — 4; with bf16 m and v the two share one buffer (each is
-  // half a chunk), 3. The pipeline holds three sets.
-  int chunk_buffers_per_set() const { return state == DType::bf16 ? 3 : 4; }
+  // half a chunk), 3; one more for the gradient's chunk when it is read from NVMe. The pipeline
+  // holds three sets.
+  int chunk_buffers_per_set() const { return (state == DType::bf16 ? 3 : 4) + (nvme_grads() ? 1 : 0); }
   int chunk_buffers() const { return 3 * chunk_buffers_per_set(); }
   // Buffers of one chunk of master, m and v read ahead of their update: 3; 2 with bf16 m and v.
   int read_ahead_buffers_per_chunk() const { return state == DType::bf16 ? 2 : 3; }

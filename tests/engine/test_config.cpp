@@ -284,7 +284,15 @@ TEST(Config, OffloadTierRules) {
                    "offload.nvme_path");
   Config n = load_text("[offload]\nparams = \"nvme\"\nnvme_path = [\"/mnt/a\"]\n");
   EXPECT_EQ(n.offload.params, Tier::nvme);
-  EXPECT_ERROR_HAS(load_text("[offload]\ngrads = \"nvme\"\n"), "offload.grads", "never");
+  // Gradients on NVMe: beside NVMe states (or "auto"), one micro-batch a step.
+  EXPECT_ERROR_HAS(load_text("[offload]\ngrads = \"nvme\"\n"), "offload.grads = \"nvme\"",
+                   "offload.optimizer = \"nvme\"", "and it is \"device\"");
+  const std::string nvme_opt = "[offload]\noptimizer = \"nvme\"\nnvme_path = [\"/mnt/a\"]\n";
+  EXPECT_EQ(load_text(nvme_opt + "grads = \"nvme\"\n").offload.grads, Tier::nvme);
+  EXPECT_ERROR_HAS(load_text(nvme_opt + "grads = \"nvme\"\n[train]\ngrad_accum = 2\n"),
+                   "needs train.grad_accum = 1, and it is 2", "offload.grads = \"host\"");
+  EXPECT_NO_THROW(load_text("[offload]\noptimizer = \"auto\"\ngrads = \"nvme\"\n"
+                            "nvme_path = [\"/mnt/a\"]\n"));
   // Part of an NVMe optimizer kept in host memory: only with the optimizer on NVMe (or "auto").
   EXPECT_ERROR_HAS(load_text("[offload]\noptimizer = \"host\"\noptimizer_host_bytes = \"1G\"\n"),
                    "offload.optimizer_host_bytes = 1G", "offload.optimizer = \"host\"",

@@ -1,5 +1,6 @@
 // Offload never changes a number: for every combination of placements (params device | host |
-// nvme, grads device | host, optimizer device | host | nvme), in f32 and bf16, with f32 and with
+// nvme, grads device | host | nvme (beside NVMe states), optimizer device | host | nvme), in f32
+// and bf16, with f32 and with
 // bf16 AdamW m and v (train.optimizer_state_dtype), on one rank (run
 // plainly) or on N ranks (under mpirun), the losses and final weights are bit-identical to the
 // all-device run. Also: NVMe over two directories, a pinned budget too small for one unit, a
@@ -157,6 +158,10 @@ TEST_P(Placements, EveryPlacementIsBitIdenticalToAllDevice) {
   all_unclipped.train.grad_clip = 0;
   const Result ref = run(all), ref_unclipped = run(all_unclipped);
   ASSERT_NE(ref.losses, ref_unclipped.losses) << "clipping must be active for the comparison to mean anything";
+  // Gradients on NVMe take one micro-batch a step: against the all-device run of one.
+  Config all1 = all, all1_unclipped = all_unclipped;
+  all1.train.grad_accum = all1_unclipped.train.grad_accum = 1;
+  const Result ref1 = run(all1), ref1_unclipped = run(all1_unclipped);
   const std::string dir = nvme_dir(num.name());
   uint64_t keep_bytes = 0;  // the first two units' master, m and v, and half the third's
   {
@@ -168,7 +173,7 @@ TEST_P(Placements, EveryPlacementIsBitIdenticalToAllDevice) {
   int combos = 0;
   enum Order { overlapped, serial, unclipped };
   for (Tier params : {Tier::device, Tier::host, Tier::nvme})
-    for (Tier grads : {Tier::device, Tier::host})
+    for (Tier grads : {Tier::device, Tier::host, Tier::nvme})
       for (Tier optimizer : {Tier::device, Tier::host, Tier::nvme})
         for (Order order : {overlapped, serial, unclipped})
           for (uint64_t ahead : {uint64_t(0), 7 * all.offload.optimizer_chunk, uint64_t(1) << 30})
@@ -177,9 +182,15 @@ TEST_P(Placements, EveryPlacementIsBitIdenticalToAllDevice) {
             // Read ahead: states on NVMe, overlapped (the gradients are in host memory whatever
             // offload.grads says, so one of the two suffices). States kept in host memory: on
             // NVMe, the same one of the two.
-            if (ahead && (optimizer != Tier::nvme || order == serial || grads != Tier::host)) continue;
-            if (keep && (optimizer != Tier::nvme || grads != Tier::host)) continue;
-            Config c = order == unclipped ? all_unclipped : all;
+            if (ahead && (optimizer != Tier::nvme || order == serial || grads == Tier::device)) continue;
+            if (keep && (optimizer != Tier::nvme || grads == Tier::device)) continue;
+            // Gradients on NVMe (beside NVMe states only): the compute copy on the device or on
+            // NVMe, read ahead by part of the states or not at all.
+            const bool nvme_grads = grads == Tier::nvme;
+            if (nvme_grads && (optimizer != Tier::nvme || params == Tier::host || (ahead >> 30)))
+              continue;
+            Config c = order == unclipped ? (nvme_grads ? all1_unclipped : all_unclipped)
+                                          : (nvme_grads ? all1 : all);
             c.offload.params = params;
             c.offload.grads = grads;
             c.offload.optimizer = optimizer;
@@ -195,13 +206,15 @@ TEST_P(Placements, EveryPlacementIsBitIdenticalToAllDevice) {
             SCOPED_TRACE(what);
             if (std::getenv("STRATA_TEST_VERBOSE")) std::fprintf(stderr, "placement %s\n", what.c_str());
             Result r = run(c);
-            const Result& want = order == unclipped ? ref_unclipped : ref;
+            const Result& want = order == unclipped ? (nvme_grads ? ref1_unclipped : ref_unclipped)
+                                                    : (nvme_grads ? ref1 : ref);
             EXPECT_EQ(r.losses, want.losses) << what;
             EXPECT_TRUE(r.weights == want.weights) << what << ": final weights differ";
             ++combos;
           }
   // + with kept states: 3 params x (overlapped and unclipped with 3 read-aheads, serial)
-  EXPECT_EQ(combos, 18 + 12 + 12 + 3 * 2 * 2 + 3 * 7);
+  // + gradients on NVMe: 2 params x (overlapped and unclipped with 2 read-aheads, serial) x 2 keeps
+  EXPECT_EQ(combos, 18 + 12 + 12 + 3 * 2 * 2 + 3 * 7 + 2 * 5 * 2);
 }
 
 INSTANTIATE_TEST_SUITE_P(Offload, Placements,
@@ -439,10 +452,14 @@ TEST(Offload, PlanCountsWhatTheEngineAllocates) {
   const std::string dir = nvme_dir("plan");
   for (Precision prec : {Precision::fp32, Precision::bf16})
     for (DType states : {DType::f32, DType::bf16})
-      for (Tier optimizer : {Tier::device, Tier::host, Tier::nvme}) {
+      for (Tier optimizer : {Tier::device, Tier::host, Tier::nvme})
+      for (Tier grads : {Tier::host, Tier::nvme}) {
+        if (grads == Tier::nvme && optimizer != Tier::nvme) continue;
         Config c = base(prec);
         c.train.steps = 1;
         c.train.optimizer_state_dtype = states;
+        c.offload.grads = grads;
+        if (grads == Tier::nvme) c.train.grad_accum = 1;
         c.offload.optimizer = optimizer;
         c.offload.params = optimizer == Tier::nvme ? Tier::nvme : Tier::host;
         c.offload.nvme_path = {dir};
@@ -459,7 +476,8 @@ TEST(Offload, PlanCountsWhatTheEngineAllocates) {
         const std::string what = str(precision_name(prec), " ", dtype_name(states), " m, v; optimizer ",
                                      name(optimizer), ", params ", name(c.offload.params),
                                      c.offload.optimizer_read_ahead ? " read ahead" : "",
-                                     kept ? ", the first unit's states in host memory" : "");
+                                     kept ? ", the first unit's states in host memory" : "",
+                                     grads == Tier::nvme ? ", gradients on NVMe" : "");
         SCOPED_TRACE(what);
         PlanMachine m;
         m.device_capacity = 64ull << 30;
@@ -504,6 +522,10 @@ TEST(Offload, PlanCountsWhatTheEngineAllocates) {
           EXPECT_EQ(rows("pinned", {"master weights"}), kept * 4);
           // No compute copy on NVMe: the gathers read the master (f32) or round it (bf16).
           EXPECT_EQ(rows("nvme", {"compute copy"}), 0u);
+          // Gradients on NVMe but the kept unit's, staged in whole shards on their way.
+          EXPECT_EQ(rows("nvme", {"gradients"}), grads == Tier::nvme ? (shard - kept) * 4 : 0);
+          EXPECT_EQ(rows("pinned", {"gradients"}), grads == Tier::nvme ? kept * 4 : shard * 4);
+          EXPECT_EQ(rows("pinned", {"NVMe gradient staging"}) > 0, grads == Tier::nvme);
         }
         // An f32 master in host memory that is also the compute copy is pinned: the gathers
         // copy from it.
@@ -1152,6 +1174,69 @@ TEST(Offload, KeptStatesLeaveTheDiskAndReadAheadStartsAfterThem) {
 // 2's update runs behind its end, so step 2 has reported (its metrics line is written) when the
 // error surfaces in step 3's forward, the first pass that needs the unit it did not update; no
 // later step completes.
+// offload.grads = nvme: every gradient but the kept units' is written once during the backward
+// and read once by its update, and host memory holds none of them — serial and overlapped
+// alike. (That the numbers do not change is EveryPlacementIsBitIdenticalToAllDevice's.)
+TEST(Offload, GradientsOnNvmeAreWrittenOnceAndReadOnce) {
+  Config c = base(Precision::fp32);
+  c.train.grad_accum = 1;
+  c.offload.optimizer = Tier::nvme;
+  c.offload.params = Tier::host;
+  c.offload.grads = Tier::nvme;
+  c.offload.nvme_path = {nvme_dir("grads")};
+  const LlamaModel model(c.model, world().size());
+  uint64_t states = 0, grads = 0, first = 0;
+  for (int u = 0; u < model.num_units(); ++u) {
+    const uint64_t n = model.unit(u).layout.shard_numel();
+    if (u == 0) first = n;
+    else states += n * 12, grads += n * 4;  // f32 master, m, v; f32 gradient
+  }
+  c.offload.optimizer_host_bytes = first * 12;  // unit 0's states, and so its gradient, kept
+  TrainerOptions quiet;
+  quiet.progress = false;
+  Config host = c;
+  host.offload.grads = Tier::host;
+  const ZeroMemory on_nvme = Trainer(c, world(), quiet).state_memory();
+  const ZeroMemory in_ram = Trainer(host, world(), quiet).state_memory();
+  EXPECT_EQ(on_nvme.host_bytes + grads, in_ram.host_bytes);
+  EXPECT_EQ(on_nvme.nvme_bytes, in_ram.nvme_bytes + grads);
+  for (const bool overlap : {false, true}) {
+    SCOPED_TRACE(overlap ? "overlapped" : "serial");
+    c.offload.overlap_optimizer = overlap;
+    const std::vector<StepRecord> records = run(c).records;
+    ASSERT_EQ(records.size(), size_t(c.train.steps));
+    // Step 1 also writes the initial states. Overlapped, a step's updates run into the next
+    // step's record: step 1's holds the initial states and its backward's gradients alone.
+    for (const StepRecord& r : records) {
+      const bool first_overlapped = overlap && r.step == 1;
+      EXPECT_EQ(r.traffic.nvme_read_bytes, first_overlapped ? 0 : states + grads)
+          << "step " << r.step;
+      EXPECT_EQ(r.traffic.nvme_write_bytes, (r.step == 1 ? 2 * states : states) + grads -
+                                                (first_overlapped ? states : 0))
+          << "step " << r.step;
+    }
+  }
+}
+
+// A tied embedding's gradient is acquired at the head and reduced at the embedding, the last of
+// the backward: on NVMe its staging buffer is held that long, beside the others'. Bit-identical
+// to the all-device run, clipped and unclipped.
+TEST(Offload, TiedEmbeddingGradientOnNvmeIsHeldThroughTheBackward) {
+  for (const float clip : {1.0f, 0.0f}) {
+    Config all = base(Precision::bf16);
+    all.train.grad_accum = 1;
+    all.train.grad_clip = clip;
+    all.model.tie_embeddings = true;
+    Config c = all;
+    c.offload.optimizer = c.offload.params = c.offload.grads = Tier::nvme;
+    c.offload.nvme_path = {nvme_dir("tied_grads")};
+    SCOPED_TRACE(str("grad_clip ", clip));
+    const Result want = run(all), got = run(c);
+    EXPECT_EQ(got.losses, want.losses);
+    EXPECT_TRUE(got.weights == want.weights) << "final weights differ";
+  }
+}
+
 TEST(Offload, IoErrorMidStepStopsTheRun) {
   for (bool overlap : {false, true}) {
     SCOPED_TRACE(overlap ? "overlapped optimizer" : "serial optimizer");

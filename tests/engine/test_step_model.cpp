@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <optional>
 
 #include "engine/config.h"
 #include "engine/model.h"
@@ -103,8 +104,9 @@ TEST(StepModel, PicksAllDeviceWhenItFits) {
   const AutoPlan plan = plan_placements(c, 1, gpu_machine(), rates());
   // params × optimizer over 3 tiers, grads device|host with the optimizer on the device, and
   // params off the device only with the optimizer off it (a GPU): 2 + 2·3 = 8 candidates; and
-  // with 512G of RAM, each of the 3 NVMe optimizer placements has a twin keeping states there.
-  EXPECT_EQ(plan.candidates.size(), 8u + 3u);
+  // with 512G of RAM, each of the 3 NVMe optimizer placements has a twin keeping states there;
+  // with one micro-batch a step, each of the 3 again with gradients on NVMe, and its twin.
+  EXPECT_EQ(plan.candidates.size(), 8u + 3u + 3u * 2u);
   const PlacementCandidate& k = chosen_placement(plan);
   EXPECT_EQ(k.params, Tier::device);
   EXPECT_EQ(k.grads, Tier::device);
@@ -183,7 +185,7 @@ TEST(StepModel, AutoOptimizerKeepsStatesInTheRamLeftFree) {
   const PlacementCandidate* twin = nullptr;
   const PlacementCandidate* nvme = nullptr;
   for (const auto& k : plan.candidates) {
-    if (k.params != Tier::device || k.optimizer != Tier::nvme) continue;
+    if (k.params != Tier::device || k.grads != Tier::host || k.optimizer != Tier::nvme) continue;
     (k.optimizer_host_bytes ? twin : nvme) = &k;
   }
   ASSERT_NE(nvme, nullptr);
@@ -242,7 +244,8 @@ TEST(StepModel, AutoOptimizerWeighsTheReadAheadAgainstKeepingItsMemory) {
   auto twins_of = [&](const Config& cfg) {
     std::vector<PlacementCandidate> out;
     for (const auto& k : plan_placements(cfg, 1, machine, rates()).candidates)
-      if (k.params == Tier::device && k.optimizer == Tier::nvme && k.optimizer_host_bytes)
+      if (k.params == Tier::device && k.grads == Tier::host && k.optimizer == Tier::nvme &&
+          k.optimizer_host_bytes)
         out.push_back(k);
     return out;
   };
@@ -272,6 +275,53 @@ TEST(StepModel, AutoOptimizerWeighsTheReadAheadAgainstKeepingItsMemory) {
   Config serial = c;
   serial.offload.overlap_optimizer = false;
   EXPECT_EQ(twins_of(serial).size(), 1u);
+}
+
+// Gradients on NVMe beside NVMe states: the step writes each one during the backward and reads
+// it back in its update (4 bytes a parameter each way), and the RAM they leave keeps more
+// states; a kept unit's gradient stays in host memory beside its states, which the twin's
+// budget leaves room for. Only with one micro-batch a step.
+TEST(StepModel, AutoWeighsGradientsOnNvmeAgainstKeepingMoreStates) {
+  Config c = small(scratch_dir());
+  c.model.vocab_size = 256;  // blocks are most of the model: their gradients outweigh the staging
+  c.model.n_layers = 12;
+  c.train.grad_accum = 1;
+  c.offload.optimizer.automatic = true;
+  c.offload.grads.automatic = true;
+  PlanMachine machine = gpu_machine();
+  PlacementCandidate plain;
+  plain.params = Tier::device, plain.grads = Tier::host, plain.optimizer = Tier::nvme;
+  const MemoryPlan base = plan_memory(with_placement(c, plain), 1, machine);
+  const LlamaModel model(c.model, 1);
+  uint64_t shard = 0;
+  for (const auto& u : model.units()) shard += u.layout.shard_numel();
+  machine.host_memory = uint64_t(double(base.host_need + shard * 6) / kKeptShareOfRam) + 1;
+  auto find = [&](const Config& cfg, Tier grads, bool kept) {
+    std::optional<PlacementCandidate> out;
+    for (const auto& k : plan_placements(cfg, 1, machine, rates()).candidates)
+      if (k.params == Tier::device && k.optimizer == Tier::nvme && k.grads == grads &&
+          bool(k.optimizer_host_bytes) == kept && !k.optimizer_read_ahead)
+        out = k;
+    return out;
+  };
+  const auto host = find(c, Tier::host, false), nvme = find(c, Tier::nvme, false);
+  const auto host_kept = find(c, Tier::host, true), nvme_kept = find(c, Tier::nvme, true);
+  ASSERT_TRUE(host && nvme && host_kept && nvme_kept);
+  EXPECT_EQ(nvme->prediction.bytes.nvme_write, host->prediction.bytes.nvme_write + double(shard) * 4);
+  EXPECT_EQ(nvme->prediction.bytes.nvme_read, host->prediction.bytes.nvme_read + double(shard) * 4);
+  EXPECT_LT(nvme->host_bytes + nvme->pinned_bytes, host->host_bytes + host->pinned_bytes);
+  EXPECT_TRUE(nvme_kept->fits) << nvme_kept->why_not;
+  EXPECT_GT(nvme_kept->optimizer_host_bytes, host_kept->optimizer_host_bytes);
+  const Config resolved = with_placement(c, *nvme_kept);
+  EXPECT_EQ(resolved.offload.grads, Tier::nvme);
+  EXPECT_LE(plan_memory(resolved, 1, machine).host_need,
+            uint64_t(kKeptShareOfRam * double(machine.host_memory)));
+  EXPECT_NE(nvme_kept->name().find("grads=nvme"), std::string::npos) << nvme_kept->name();
+
+  Config accum = c;
+  accum.train.grad_accum = 2;
+  EXPECT_FALSE(find(accum, Tier::nvme, false).has_value());
+  EXPECT_FALSE(find(accum, Tier::nvme, true).has_value());
 }
 
 TEST(StepModel, RefusesWhenNothingFitsNamingTheLimits) {
