@@ -449,11 +449,12 @@ AutoPlan plan_placements(const Config& c, int dp, const PlanMachine& machine,
         for (int st = 0; st < c.parallel.pp; ++st) evaluate(k, st);
         plan.candidates.push_back(k);
         if (!twins || opt != Tier::nvme || !k.fits) continue;
-        // The twins keep states in the RAM left free: with the read-ahead as configured, and
-        // (with a read-ahead budget) with its memory kept as well. A kept byte saves twice the
+        // The twins keep states in the RAM left free: (with a read-ahead budget) with its memory
+        // kept as well, and with the read-ahead as configured. A kept byte saves twice the
         // traffic a byte read ahead does, but the read-ahead starts the first NVMe units' reads
-        // during the backward: the prediction decides.
-        for (const bool ra_kept : {false, true}) {
+        // during the backward: the prediction decides, and a tie goes to the first listed, which
+        // moves fewer bytes.
+        for (const bool ra_kept : {true, false}) {
           if (ra_kept && (o.optimizer_read_ahead == 0 || !o.overlap_optimizer)) continue;
           PlacementCandidate kept;
           kept.params = params, kept.grads = grads, kept.optimizer = opt;

@@ -251,8 +251,8 @@ TEST(StepModel, AutoOptimizerWeighsTheReadAheadAgainstKeepingItsMemory) {
   };
   const std::vector<PlacementCandidate> twins = twins_of(c);
   ASSERT_EQ(twins.size(), 2u);
-  const PlacementCandidate& kept = twins[0];
-  const PlacementCandidate& kept_ra = twins[1];
+  const PlacementCandidate& kept_ra = twins[0];  // listed first: it moves fewer bytes
+  const PlacementCandidate& kept = twins[1];
   EXPECT_FALSE(kept.optimizer_read_ahead.has_value());
   ASSERT_TRUE(kept_ra.optimizer_read_ahead.has_value());
   EXPECT_EQ(*kept_ra.optimizer_read_ahead, 0u);
