@@ -430,7 +430,8 @@ AutoPlan plan_placements(const Config& c, int dp, const PlanMachine& machine,
     const bool nvme_ok = opt == Tier::nvme && c.train.grad_accum == 1;
     if (vary_all || o.grads.automatic)
       return nvme_ok ? std::vector<Tier>{Tier::host, Tier::nvme} : std::vector<Tier>{Tier::host};
-    if (o.grads.tier == Tier::nvme) return nvme_ok ? std::vector<Tier>{Tier::nvme} : std::vector<Tier>{};
+    if (o.grads.tier == Tier::nvme)
+      return nvme_ok ? std::vector<Tier>{Tier::nvme} : std::vector<Tier>{};
     return {Tier::host};
   };
   // Optimizer first (its 12 of 16 bytes move the most), then params, then grads.

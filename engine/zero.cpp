@@ -272,7 +272,8 @@ ZeroEngine::Impl::Impl(const LlamaModel& model, Device& device, Communicator& dp
     place(s.m, opt_tier, n * ssz, k + "m", "AdamW m shard", false);
     place(s.v, opt_tier, n * ssz, k + "v", "AdamW v shard", false);
     // Gradients on NVMe: but the first units', whose states stay in host memory.
-    const Tier grad_tier = grads_tier_ == Tier::nvme && u < opt_host_units ? Tier::host : grads_tier_;
+    const Tier grad_tier =
+        grads_tier_ == Tier::nvme && u < opt_host_units ? Tier::host : grads_tier_;
     place(s.grad, grad_tier, n * 4, k + "grad", "gradient shard", true);
     if (!param_is_master())
       place(s.param, place_.params, n * esz, k + "param", bf16 ? "bf16 parameter shard" : "f32 parameter shard", true);

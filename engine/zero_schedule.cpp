@@ -286,7 +286,8 @@ void ZeroEngine::Impl::reduce_grad(int u) {
   Unit& s = units_[size_t(checked_unit(u, "reduce_grad"))];
   if (aliased_grads()) {  // the backward accumulated into the shard on the compute stream
     if (s.grad.tier == Tier::nvme) {
-      if (!s.grad_lease) protocol_violation(u, "reduce_grad of a unit whose gradient was not acquired");
+      if (!s.grad_lease)
+        protocol_violation(u, "reduce_grad of a unit whose gradient was not acquired");
       compute_.record(*grad_events_[size_t(u)]);
       reduce_.wait(*grad_events_[size_t(u)]);
       write_grad(u, std::exchange(s.grad_lease, {}));

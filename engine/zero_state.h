@@ -390,7 +390,7 @@ struct ZeroEngine::Impl {
   std::unique_ptr<PinnedPool> chunk_pool_;  // optimizer pipeline chunks
   std::unique_ptr<PinnedPool> ahead_pool_;  // optimizer states read ahead (offload.optimizer_read_ahead)
   ForwardCopies forward_;                   // updated compute copies kept for the next forward
-  std::unique_ptr<PinnedPool> grad_pool_;   // gradients staged on their way to NVMe (Unit::grad_lease)
+  std::unique_ptr<PinnedPool> grad_pool_;   // gradients on their way to NVMe (Unit::grad_lease)
   // Declared after the pools it reads into and writes from, so it is stopped before they are
   // freed (the destructor also drains and stops it first).
   std::unique_ptr<Swapper> swapper_;

@@ -661,7 +661,8 @@ void ZeroEngine::Impl::step_unit_chunked(int u, const StepParams& p, StepJob* ga
     ChunkSet* sets;
     ~Drain() {
       for (int i = 0; i < 3; ++i) {
-        for (uint64_t* t : {&sets[i].read, &sets[i].param_write, &sets[i].write, &sets[i].grad_read})
+        for (uint64_t* t :
+             {&sets[i].read, &sets[i].param_write, &sets[i].write, &sets[i].grad_read})
           wait_unwinding(e.swapper_.get(), *t);
         if (e.chunk_pool_)
           for (auto& b : sets[i].buf)
@@ -738,7 +739,8 @@ void ZeroEngine::Impl::step_unit_chunked(int u, const StepParams& p, StepJob* ga
                                  : static_cast<void*>(s.param.ptr<char>() + lo * esz);
     else if (rounds && kept.lease)
       param_out = static_cast<char*>(kept.lease.data) + lo * esz;
-    const float* g = grad_nvme ? static_cast<const float*>(set.buf[4].data) : s.grad.ptr<float>() + lo;
+    const float* g =
+        grad_nvme ? static_cast<const float*>(set.buf[4].data) : s.grad.ptr<float>() + lo;
     for_each_segment(L, base + lo, base + lo + cnt, [&](size_t a, size_t b, bool is_norm) {
       AdamWHyper h = p.hyper;
       if (is_norm && !p.decay_norms) h.weight_decay = 0.0f;

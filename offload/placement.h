@@ -121,7 +121,9 @@ struct Placement {
   // and the refreshed compute copy — 4; with bf16 m and v the two share one buffer (each is
   // half a chunk), 3; one more for the gradient's chunk when it is read from NVMe. The pipeline
   // holds three sets.
-  int chunk_buffers_per_set() const { return (state == DType::bf16 ? 3 : 4) + (nvme_grads() ? 1 : 0); }
+  int chunk_buffers_per_set() const {
+    return (state == DType::bf16 ? 3 : 4) + (nvme_grads() ? 1 : 0);
+  }
   int chunk_buffers() const { return 3 * chunk_buffers_per_set(); }
   // Buffers of one chunk of master, m and v read ahead of their update: 3; 2 with bf16 m and v.
   int read_ahead_buffers_per_chunk() const { return state == DType::bf16 ? 2 : 3; }

@@ -182,7 +182,8 @@ TEST_P(Placements, EveryPlacementIsBitIdenticalToAllDevice) {
             // Read ahead: states on NVMe, overlapped (the gradients are in host memory whatever
             // offload.grads says, so one of the two suffices). States kept in host memory: on
             // NVMe, the same one of the two.
-            if (ahead && (optimizer != Tier::nvme || order == serial || grads == Tier::device)) continue;
+            if (ahead && (optimizer != Tier::nvme || order == serial || grads == Tier::device))
+              continue;
             if (keep && (optimizer != Tier::nvme || grads == Tier::device)) continue;
             // Gradients on NVMe (beside NVMe states only): the compute copy on the device or on
             // NVMe, read ahead by part of the states or not at all.

@@ -307,8 +307,9 @@ TEST(StepModel, AutoWeighsGradientsOnNvmeAgainstKeepingMoreStates) {
   const auto host = find(c, Tier::host, false), nvme = find(c, Tier::nvme, false);
   const auto host_kept = find(c, Tier::host, true), nvme_kept = find(c, Tier::nvme, true);
   ASSERT_TRUE(host && nvme && host_kept && nvme_kept);
-  EXPECT_EQ(nvme->prediction.bytes.nvme_write, host->prediction.bytes.nvme_write + double(shard) * 4);
-  EXPECT_EQ(nvme->prediction.bytes.nvme_read, host->prediction.bytes.nvme_read + double(shard) * 4);
+  const double grads = double(shard) * 4;
+  EXPECT_EQ(nvme->prediction.bytes.nvme_write, host->prediction.bytes.nvme_write + grads);
+  EXPECT_EQ(nvme->prediction.bytes.nvme_read, host->prediction.bytes.nvme_read + grads);
   EXPECT_LT(nvme->host_bytes + nvme->pinned_bytes, host->host_bytes + host->pinned_bytes);
   EXPECT_TRUE(nvme_kept->fits) << nvme_kept->why_not;
   EXPECT_GT(nvme_kept->optimizer_host_bytes, host_kept->optimizer_host_bytes);
