@@ -422,6 +422,13 @@ AutoPlan plan_placements(const Config& c, int dp, const PlanMachine& machine,
     }
     return spare;
   };
+  // The share of a kept twin's RAM its states may take: all of it, or with gradients on NVMe
+  // (a kept unit's gradient stays in host memory beside its states) master, m and v of
+  // master, m, v and gradient. Only m and v's dtype decides it.
+  Placement states;
+  states.state = c.train.optimizer_state_dtype;
+  const double nvme_grads_share = double(states.optimizer_state_bytes()) /
+                                  double(states.optimizer_state_bytes() + 4);
   auto grad_tiers = [&](Tier opt) -> std::vector<Tier> {
     if (opt == Tier::device) {
       std::vector<Tier> g = options(o.grads, {Tier::device, Tier::host});
@@ -460,12 +467,7 @@ AutoPlan plan_placements(const Config& c, int dp, const PlanMachine& machine,
           PlacementCandidate kept;
           kept.params = params, kept.grads = grads, kept.optimizer = opt;
           if (ra_kept) kept.optimizer_read_ahead = 0;
-          // Gradients on NVMe: a kept unit's gradient stays in host memory beside its states.
-          const Placement placed = zero_options(with_placement(c, kept)).placement;
-          const double share = grads == Tier::nvme
-                                   ? double(placed.optimizer_state_bytes()) /
-                                         double(placed.optimizer_state_bytes() + 4)
-                                   : 1.0;
+          const double share = grads == Tier::nvme ? nvme_grads_share : 1.0;
           kept.optimizer_host_bytes = uint64_t(share * double(spare_ram(kept)));
           const Placement pk = zero_options(with_placement(c, kept)).placement;
           if (kept.optimizer_host_bytes == 0 || optimizer_host_units(*first_stage, pk) == 0)

@@ -81,8 +81,9 @@ struct Placement {
   bool direct_params(int dp) const;
   // No gradient slots at all: one rank and one micro-batch per step, with the gradient shard in
   // memory the device computes in — device gradients, or host gradients when the device's memory
-  // is the host's (the CPU device; device_is_host_memory). The backward accumulates into the
-  // zeroed shard itself. (With several micro-batches it must sum each micro-batch into a zeroed
+  // is the host's (the CPU device; device_is_host_memory), or gradients on NVMe there. The
+  // backward accumulates into the zeroed shard itself (on NVMe: into a zeroed pinned staging
+  // buffer written out when the unit's gradient is final). (With several micro-batches it must sum each micro-batch into a zeroed
   // buffer and add that to the shard, as every other placement does, or the rounding of the sums
   // would differ.)
   bool aliased_grads(int dp, bool device_is_host_memory) const;
