@@ -121,12 +121,14 @@ struct ZeroEngine::Impl {
   };
 
   // An overlapped optimizer step (engine/zero.h, optimizer_step): a worker thread steps the
-  // units in forward order. Before `go` it only reads ahead (prepare_step); `params` are set
-  // before `go` and never change after. updated[u]: unit u's states and compute copy hold the
-  // new values (its compute copy at least: the states' last NVMe writes may still drain) and its
-  // gradient is zero. `finished`: the worker returned (after the last unit,
-  // or with `error`). The engine's thread owns the StepJob; the worker reads and writes the
-  // fields under `mu` only (params: after seeing go).
+  // units in forward order (a clipped step whose units split between states in memory and
+  // states on NVMe: a second thread, run_job's, steps the units in memory, so that the disk's
+  // work starts at go instead of behind theirs). Before `go` it only reads ahead
+  // (prepare_step); `params` are set before `go` and never change after. updated[u]: unit u's
+  // states and compute copy hold the new values (its compute copy at least: the states' last
+  // NVMe writes may still drain) and its gradient is zero. `finished`: the workers returned
+  // (after the last unit, or with the first `error`). The engine's thread owns the StepJob;
+  // the workers read and write the fields under `mu` only (params: after seeing go).
   //
   // An unclipped step (update_in_backward) is `eager`: go is given at the start, and a unit
   // may be updated once final[u] — the last backward reduced its gradient and recorded
@@ -148,7 +150,10 @@ struct ZeroEngine::Impl {
     std::vector<char> updated;
     std::vector<char> final;   // eager: unit u's gradient is final (its event is recorded)
     std::vector<char> normed;  // eager: 0, 1 (being summed), 2 (summed)
-    int published = -1;        // the worker's own: the unit publish_update last marked updated
+    // in_memory[u]: unit u's update moves no bytes (updates_in_memory); set before the workers
+    // start, never changed. split: the second worker steps these units.
+    std::vector<char> in_memory;
+    bool split = false;
     // The worker's own: unit u's first chunks read ahead (ahead[u][k] is chunk k), whether its
     // update has begun (nothing more is read ahead for it then), the next unit to read ahead and
     // the read-ahead buffers not leased.
@@ -258,6 +263,12 @@ struct ZeroEngine::Impl {
   // A StepJob and its worker: before go, or (eager) with go and its params given.
   void start_job(bool eager, const StepParams* params = nullptr);
   void run_job(StepJob& job);    // the worker's body
+  // The worker's loop over its units (a split step's second worker: in_memory ones, the first
+  // worker the others); the first error is kept in job.error.
+  void run_units(StepJob& job, bool in_memory);
+  // Unit u's update reads and writes nothing: states, gradient and compute copy in memory the
+  // host addresses, no staging copy to the device.
+  bool updates_in_memory(int u) const;
   // In the worker: reads more optimizer states ahead into ahead_pool_ (offload.
   // optimizer_read_ahead) — the next chunk of the lowest-index unit whose update has not begun —
   // while buffers are free and fewer than kAheadInFlight such reads are in flight. Returns
@@ -297,7 +308,9 @@ struct ZeroEngine::Impl {
   // In the worker: unit u's compute copy holds the new values — its gradient is zeroed and it is
   // marked updated (the passes may read it) while the states' last writes may still drain.
   void publish_update(StepJob& job, int u);
-  bool forwarded_next(int u, StepJob* gate);  // keep u's updated compute copy (ForwardCopies)?
+  // Keep u's updated compute copy (ForwardCopies)? Only when no unit before it that could take
+  // a buffer (not in_memory) waits for its update.
+  bool forwarded_next(int u, StepJob* gate);
   // An eager step: sums the squares of every unit the worker has not reached, waits (bounded)
   // for the ones it is summing, and releases the step to the passes (each waits for its unit's
   // update, await_update); finish_step() waits for the rest.

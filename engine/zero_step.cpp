@@ -30,6 +30,12 @@ namespace strata {
 
 namespace {
 
+// A split step's second worker (run_job): it steps the units held in memory, traces on a track
+// of its own and never reads ahead (the read-ahead state is the first worker's own).
+thread_local bool t_memory_worker = false;
+
+const char* optimizer_track() { return t_memory_worker ? "optimizer in memory" : "optimizer"; }
+
 // Calls fn(lo, hi, is_norm) for the pieces of flat range [begin, end) that fall in one view
 // each; padding past the last view goes with the last view.
 template <class Fn>
@@ -252,7 +258,7 @@ void ZeroEngine::Impl::update_unit(int u, const StepParams& p, StepJob* gate) {
     std::lock_guard<std::mutex> lock(gate->mu);
     from = std::max(from, gate->go_us);
   }
-  trace_span("optimizer", str("update ", model_.unit(u).name), from, trace_now_us() - from);
+  trace_span(optimizer_track(), str("update ", model_.unit(u).name), from, trace_now_us() - from);
 }
 
 void ZeroEngine::Impl::start_job(bool eager, const StepParams* params) {
@@ -263,6 +269,13 @@ void ZeroEngine::Impl::start_job(bool eager, const StepParams* params) {
   j.ahead.resize(size_t(model_.num_units()));
   j.started.assign(size_t(model_.num_units()), 0);
   j.ahead_free = ahead_pool_ ? ahead_pool_->count() : 0;
+  j.in_memory.resize(size_t(model_.num_units()));
+  for (int u = 0; u < model_.num_units(); ++u) j.in_memory[size_t(u)] = updates_in_memory(u);
+  // Eager, the worker follows the backward unit by unit; clipped, every update waits for go,
+  // and the units in memory (the first ones, offload.optimizer_host_bytes) would hold back the
+  // disk's by the time they take.
+  const auto n_in_memory = std::count(j.in_memory.begin(), j.in_memory.end(), char(1));
+  j.split = !eager && n_in_memory > 0 && n_in_memory < model_.num_units();
   if (eager) {  // given before the worker exists: it reads them without the lock
     j.eager = j.go = true;
     j.params = *params;
@@ -341,12 +354,43 @@ void ZeroEngine::Impl::ensure_normed(StepJob& j, int u, Stream& stream) {
   j.cv.notify_all();
 }
 
+bool ZeroEngine::Impl::updates_in_memory(int u) const {
+  const Unit& s = units_[size_t(u)];
+  if (place_.optimizer == Tier::device && !device_.host_addressable()) return false;
+  if (s.master.tier == Tier::nvme || s.grad.tier == Tier::nvme) return false;
+  return param_is_master() || (s.param.tier != Tier::nvme && !param_stage_);
+}
+
 // The worker: every unit in forward order (an eager step: the lowest-index final unit next,
-// next_eager_unit), its gradient zeroed once its compute copy holds the new values.
+// next_eager_unit), its gradient zeroed once its compute copy holds the new values. A split
+// step: the units in memory on a second thread, the others here — each in forward order, so the
+// first unit on NVMe has its first chunks read before go and its update begins at go.
 void ZeroEngine::Impl::run_job(StepJob& j) {
+  std::thread memory_worker;
+  try {
+    if (j.split)
+      memory_worker = std::thread([this, &j] {
+        t_memory_worker = true;
+        run_units(j, true);
+      });
+  } catch (...) {  // no thread: this one steps every unit
+    j.split = false;
+  }
+  run_units(j, false);
+  if (memory_worker.joinable()) memory_worker.join();  // its waits are bounded, as this one's
+  drain_ahead(j);  // an abandoned or failed step's reads ahead
+  {
+    std::lock_guard<std::mutex> lock(j.mu);
+    j.finished = true;
+  }
+  j.cv.notify_all();
+}
+
+void ZeroEngine::Impl::run_units(StepJob& j, bool in_memory) {
   try {
     const int U = model_.num_units();
     for (int i = 0; i < U; ++i) {
+      if (j.split && bool(j.in_memory[size_t(i)]) != in_memory) continue;
       read_ahead(j);
       const int u = j.eager ? next_eager_unit(j) : i;
       if (u < 0) break;
@@ -356,18 +400,12 @@ void ZeroEngine::Impl::run_job(StepJob& j) {
     }
   } catch (...) {
     std::lock_guard<std::mutex> lock(j.mu);
-    j.error = std::current_exception();
+    if (!j.error) j.error = std::current_exception();
   }
-  drain_ahead(j);  // an abandoned or failed step's reads ahead
-  {
-    std::lock_guard<std::mutex> lock(j.mu);
-    j.finished = true;
-  }
-  j.cv.notify_all();
 }
 
 bool ZeroEngine::Impl::read_ahead(StepJob& j) {
-  if (!ahead_pool_) return false;
+  if (!ahead_pool_ || t_memory_worker) return false;
   const int U = model_.num_units();
   const int per = place_.read_ahead_buffers_per_chunk();
   const bool bf16_states = place_.state == DType::bf16;
@@ -484,7 +522,7 @@ void ZeroEngine::Impl::await_go(StepJob& j, int u) {
   if (j.abort) fail("zero::step", "the prepared optimizer step was abandoned before its update");
   if (t0) {
     j.go_us = trace_now_us();
-    trace_span("optimizer", "wait", t0, j.go_us - t0);  // for the norm (go): blocked
+    trace_span(optimizer_track(), "wait", t0, j.go_us - t0);  // for the norm (go): blocked
   }
 }
 
@@ -823,21 +861,24 @@ void ZeroEngine::Impl::step_unit_chunked(int u, const StepParams& p, StepJob* ga
 }
 
 // Whether unit u's compute copy is worth keeping for the next forward: u is the lowest-index
-// unit still to be updated, the one the forward needs next — so the few buffers (freed as the
-// forward gathers them) go to units in the order it consumes them, not to the units an unclipped
-// step updates during the backward, which the forward needs last. A serial step updates in
-// forward order: always.
+// unit still to be updated that could take a buffer (units in memory never do: a split step's
+// second worker may still be stepping them), the one of those the forward needs next — so the
+// few buffers (freed as the forward gathers them) go to units in the order it consumes them, not
+// to the units an unclipped step updates during the backward, which the forward needs last. A
+// serial step updates in forward order: always.
 bool ZeroEngine::Impl::forwarded_next(int u, StepJob* gate) {
   if (!gate) return true;
   std::lock_guard<std::mutex> lock(gate->mu);
   for (int v = 0; v < u; ++v)
-    if (!gate->updated[size_t(v)]) return false;
+    if (!gate->updated[size_t(v)] && !gate->in_memory[size_t(v)]) return false;
   return true;
 }
 
 void ZeroEngine::Impl::publish_update(StepJob& j, int u) {
-  if (j.published == u) return;  // the worker's own record
-  j.published = u;
+  {
+    std::lock_guard<std::mutex> lock(j.mu);
+    if (j.updated[size_t(u)]) return;  // step_unit_chunked published it already
+  }
   if (j.eager) await_go(j, u);   // a unit without chunks never met its gate
   Shard& g = units_[size_t(u)].grad;
   // Host memory: the optimizer is off the device. (On NVMe the next backward's staging buffer

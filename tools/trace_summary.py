@@ -100,7 +100,8 @@ def disk(events, names, t0, t1, bin_s):
         print(f"  disk: median rate of the bins busy throughout {med:.2f} GB/s; below a quarter of it "
               f"(stalls): {len(slow)} bin(s)" + (" at " + ", ".join(f"{i * bin_s:g} s" for i in slow[:20])
                                                  + (" ..." if len(slow) > 20 else "") if slow else ""))
-    updates = [e for e in events if e.get("ph") == "X" and names.get(e["tid"]) == "optimizer"
+    updates = [e for e in events if e.get("ph") == "X"
+               and names.get(e["tid"], "").startswith("optimizer")  # and "optimizer in memory"
                and e["name"].startswith("update ")]
     if updates:
         reads = merged((e["ts"], e["ts"] + e["dur"]) for e in jobs if is_read(e))
