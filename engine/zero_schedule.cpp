@@ -361,7 +361,7 @@ void ZeroEngine::Impl::check_quiescent(const char* op) const {
     if (s.gather != GatherState::idle)
       protocol_violation(u, str(op, " while the unit's parameters are still ", gather_state_name(s.gather),
                                 " (a gathered copy would be stale after the update)"));
-    if (s.grad_slot >= 0)
+    if (s.grad_slot >= 0 || s.grad_lease)  // a gradient slot, or an NVMe gradient's staging
       protocol_violation(u, str(op, " while the unit's gradient was acquired and never reduced"));
   }
 }

@@ -252,7 +252,8 @@ struct ZeroEngine::Impl {
   // A break of the gather protocol: an Error naming the unit, its state and slots (never a wait).
   [[noreturn]] void protocol_violation(int u, const std::string& what) const;
   int checked_unit(int u, const char* op) const;  // u, or an Error when no such unit
-  void check_quiescent(const char* op) const;     // every unit idle, no gradient slot owned
+  // Every unit idle, no gradient slot (or NVMe gradient staging buffer) owned.
+  void check_quiescent(const char* op) const;
 
   // engine/zero_step.cpp: the optimizer step over the tiers, inline or on the step's thread.
   double grad_norm();

@@ -34,6 +34,8 @@
 #include "engine/test_hooks.h"
 #include "engine/trainer.h"
 #include "engine/zero.h"
+#include "kernels/device.h"
+#include "optimizer/adamw.h"
 #include "tests/engine/test_util.h"
 #include "tests/support/tiny_config.h"
 
@@ -1283,6 +1285,33 @@ TEST(Offload, GradientsOnNvmeAreWrittenOnceAndReadOnce) {
     EXPECT_LE(read_before_last, (n - 1) * (states + grads));
     EXPECT_GE(written, states + n * grads + (n - 1) * states);
     EXPECT_LE(written, states + n * grads + n * states);
+  }
+}
+
+// A gradient acquired and never reduced is the caller's protocol error, named by the next
+// optimizer step before it touches anything — with gradients on NVMe too, where one rank's
+// backward accumulates into a staging buffer instead of a gradient slot (several ranks: a slot;
+// one rank with gradients in host memory accumulates into the shard itself, and holds nothing).
+TEST(Offload, AGradientAcquiredAndNeverReducedStopsTheStep) {
+  for (const Tier grads : {Tier::host, Tier::nvme}) {
+    if (grads == Tier::host && world().size() == 1) continue;
+    SCOPED_TRACE(str("gradients on ", name(grads)));
+    Config c = base(Precision::fp32);
+    c.train.grad_accum = 1;
+    c.offload.optimizer = Tier::nvme;
+    c.offload.params = Tier::host;
+    c.offload.grads = grads;
+    c.offload.nvme_path = {nvme_dir("unreduced")};
+    const LlamaModel model(c.model, world().size());
+    auto device = make_device(DeviceKind::cpu);
+    auto compute = device->make_stream("compute");
+    auto comm = device->make_stream("comm");
+    auto reduce = device->make_stream("reduce");
+    ZeroEngine zero(model, *device, world(), *compute, *comm, *reduce, zero_options(c));
+    zero.acquire_grad(1);
+    EXPECT_ERROR_HAS(zero.optimizer_step(AdamWHyper{}, 1, 1.0f, true), "[zero::schedule]",
+                     "unit 1", "optimizer_step while the unit's gradient was acquired and never "
+                     "reduced");
   }
 }
 
