@@ -1,0 +1,19 @@
+#!/bin/bash
+# issue 14, 2026-12-08: S=binary, then run names; each run the shipped example (auto), 4 steps
+D=/work/bench/nv
+cd /work/main
+run() { S=$1; name=$2; shift 2
+  echo "=== $name $(date -u +%T)"
+  /usr/bin/time -v $S train --config examples/oversize.toml --set offload.nvme_path=$D --set train.steps=4 \
+    --set log.metrics=/work/m28/$name-metrics.jsonl --rates /root/.cache/strata/rates.json "$@" \
+    > /work/m28/$name.log 2>&1
+  echo "rc=$? $(date -u +%T)"
+  grep -E "Maximum resident|auto placement" /work/m28/$name.log
+}
+S=/work/main/build/apps/strata/strata
+run $S split-trace --set train.steps=6 --set log.trace=/work/m28/split-trace.json
+run $S compute2 --set train.steps=3 --set offload.overlap_optimizer=false --set offload.optimizer=nvme --set offload.grads=host
+$S bench io --dir /work/bench/nv --size 4G --json > /work/m28/io1.json 2>&1
+echo "=== io $(date -u +%T)"
+run $S split-shipped2 --set train.steps=6
+echo "=== end $(date -u +%T)"
